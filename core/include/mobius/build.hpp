@@ -1,0 +1,62 @@
+// mobius/build.hpp - the library API: build a checkpoint into an ONNX model package and save it.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mobius/error.hpp"
+#include "mobius/registry.hpp"
+
+namespace mobius {
+
+struct BuildOptions {
+  std::string dtype = "f32";               // weight dtype: f32 | f16 | bf16
+  std::string execution_provider = "cpu";  // cpu: standard ONNX ops only
+  bool no_weights = false;                 // build the graph only (no checkpoint needed)
+  bool quiet = false;
+};
+
+struct SaveOptions {
+  bool progress = false;                    // a progress bar on stderr
+  std::function<bool()> cancelled;          // polled between tensors; true aborts the save
+};
+
+// A built model: its graph and weight plan, bound to its checkpoint. Weights are read only
+// when saved.
+class ModelPackage {
+ public:
+  struct Impl;
+  explicit ModelPackage(std::unique_ptr<Impl> impl);
+  ModelPackage(ModelPackage&&) noexcept;
+  ModelPackage& operator=(ModelPackage&&) noexcept;
+  ~ModelPackage();
+
+  // Writes OUT/model.onnx, OUT/model.onnx.data and the runtime files transactionally: into a
+  // temporary folder beside OUT, checked, then renamed into place. On failure OUT is as it was.
+  void save(const std::filesystem::path& out, const SaveOptions& opts = {}) const;
+
+  const std::string& model_type() const;
+  const std::string& normalized_config() const;
+  size_t node_count() const;
+  size_t initializer_count() const;
+  uint64_t weight_bytes() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds `source` (a local checkpoint folder) with the architecture the registry has for its
+// config.json model_type. Header-only preflight runs here: a checkpoint that does not fit
+// throws before anything is written.
+ModelPackage build(const std::string& source, const BuildOptions& opts,
+                   const ModelRegistry& registry);
+
+// The model_type a config.json declares (a composite config's text_config when the top level
+// is not registered). Throws mobius::Error naming the file and key.
+std::string config_model_type(const std::filesystem::path& config_file,
+                              const ModelRegistry* registry = nullptr);
+
+}  // namespace mobius

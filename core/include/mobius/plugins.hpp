@@ -1,0 +1,61 @@
+// mobius/plugins.hpp - plugin discovery and loading: manifests, ABI checks, failure isolation.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mobius/registry.hpp"
+
+namespace mobius {
+
+struct PluginSearchDir {
+  std::filesystem::path path;
+  int priority;        // PluginPriority
+  std::string origin;  // "--plugin-path", "MOBIUS_PLUGIN_PATH", "default"
+};
+
+// What discovery found for one plugin, loaded or not.
+struct PluginRecord {
+  std::filesystem::path manifest;  // plugin.yaml (empty for a library without one)
+  std::filesystem::path library;
+  std::string name, version, vendor, description;
+  uint32_t abi_version = 0;              // as the manifest states it
+  std::vector<std::string> model_types;  // as the manifest lists them
+  std::vector<std::string> registered;   // what the plugin registered
+  std::string origin;
+  int priority = 0;
+  bool loaded = false;
+  std::string error;  // one line: why it did not load
+};
+
+// The search path: every --plugin-path, then MOBIUS_PLUGIN_PATH (colon-separated), then the
+// default folder (the build tree's plugins when run from it, else <libdir>/mobius/plugins).
+std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& cli_paths);
+// The installed (or build-tree) default plugins folders for this executable.
+std::vector<std::filesystem::path> default_plugin_dirs();
+
+// Loads plugins and keeps their libraries loaded for its lifetime; must outlive every use of
+// the registrations it made.
+class PluginHost {
+ public:
+  PluginHost();
+  ~PluginHost();
+  PluginHost(const PluginHost&) = delete;
+  PluginHost& operator=(const PluginHost&) = delete;
+
+  // Discovers and loads every plugin under `dirs` into `registry`. Never throws for a bad
+  // plugin: its record carries the reason and every other plugin still loads.
+  std::vector<PluginRecord> load(const std::vector<PluginSearchDir>& dirs,
+                                 ModelRegistry& registry);
+  // Loads one plugin from its manifest (or a bare library) into `registry`.
+  PluginRecord load_one(const std::filesystem::path& manifest_or_library, int priority,
+                        const std::string& origin, ModelRegistry& registry);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mobius

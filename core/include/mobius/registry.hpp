@@ -1,0 +1,67 @@
+// mobius/registry.hpp - the model-type registry: model_type -> the plugin code that builds it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mobius/plugin.h"
+
+namespace mobius {
+
+// One registered architecture. The callbacks throw mobius::Error with the plugin's message.
+struct Registration {
+  std::string model_type;
+  std::string task;
+  std::string plugin;       // plugin name; "" for architectures registered in-process
+  std::string plugin_path;  // its library, when it came from a plugin
+  std::string version;      // plugin version
+  std::string vendor;       // plugin vendor
+  int priority = 0;         // higher wins (see PluginPriority)
+  // config.json text -> normalized config JSON text (defaults filled in).
+  std::function<std::string(mobius_context* ctx, const std::string& config_json)> parse_config;
+  // Builds the graph and weight plan into ctx from the normalized config.
+  std::function<void(mobius_context* ctx, const std::string& normalized_config)> build;
+};
+
+// Where a plugin was found; a type registered from a higher priority shadows lower ones.
+enum PluginPriority : int {
+  kPriorityInProcess = 0,
+  kPriorityDefault = 1,      // the installed plugins folder (or the build tree's)
+  kPriorityEnvironment = 2,  // MOBIUS_PLUGIN_PATH
+  kPriorityCommandLine = 3,  // --plugin-path
+};
+
+// A plain object: tests make their own; the CLI fills one from plugins.
+class ModelRegistry {
+ public:
+  // Adds a registration. Same model type at a lower priority: recorded as shadowed. At the
+  // same priority: throws mobius::Error naming both registrants. At a higher priority: the
+  // new one wins and the old one is recorded as shadowed.
+  void register_architecture(Registration r);
+  // Throws mobius::Error listing close matches and what is registered.
+  const Registration& get(std::string_view model_type) const;
+  // nullptr when absent.
+  const Registration* get_registration(std::string_view model_type) const;
+  bool contains(std::string_view model_type) const;
+  std::vector<std::string> architectures() const;  // sorted
+  size_t size() const { return entries_.size(); }
+  // Registrations that lost to a higher-priority one, in the order they lost.
+  const std::vector<Registration>& shadowed() const { return shadowed_; }
+  // Registered names closest to `name` (edit distance and prefix), best first.
+  std::vector<std::string> near_matches(std::string_view name, size_t max = 3) const;
+  // Throws mobius::Error if any of `regs` conflicts with an existing same-priority entry;
+  // otherwise registers them all (all or nothing).
+  void register_all(std::vector<Registration> regs);
+
+ private:
+  void check_conflict(const Registration& r) const;
+  std::map<std::string, Registration, std::less<>> entries_;
+  std::vector<Registration> shadowed_;
+};
+
+std::string describe_registrant(const Registration& r);
+
+}  // namespace mobius

@@ -1,0 +1,141 @@
+// build.cpp - from a checkpoint folder to a ModelPackage: config, registry, plugin build, preflight.
+#include "mobius/build.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.hpp"
+#include "context.hpp"
+#include "package.hpp"
+
+namespace mobius {
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error("[config] " + p.string() + ": cannot open");
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<std::streamoff>(in.tellg());
+  if (size > (16 << 20)) throw Error("[config] " + p.string() + ": larger than 16 MiB");
+  in.seekg(0);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[config] " + p.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+int32_t parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32" || s == "fp32") return MOBIUS_DTYPE_FLOAT;
+  if (s == "f16" || s == "float16" || s == "fp16") return MOBIUS_DTYPE_FLOAT16;
+  if (s == "bf16" || s == "bfloat16") return MOBIUS_DTYPE_BFLOAT16;
+  throw Error("[options] unknown dtype '" + s + "' (expected f32, f16 or bf16)");
+}
+
+bool has_weights(const fs::path& dir) {
+  return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
+}
+
+}  // namespace
+
+std::string config_model_type(const fs::path& config_file, const ModelRegistry* registry) {
+  nlohmann::json cfg = read_json_file(config_file);
+  if (!cfg.is_object()) throw Error("[config] " + config_file.string() + ": not a JSON object");
+  auto type_of = [&](const nlohmann::json& j) -> std::string {
+    auto it = j.find("model_type");
+    if (it == j.end()) return "";
+    if (!it->is_string())
+      throw Error("[config] " + config_file.string() + ": 'model_type' is not a string");
+    return it->get<std::string>();
+  };
+  std::string top = type_of(cfg);
+  if (!registry || top.empty() || registry->contains(top)) {
+    if (!top.empty()) return top;
+  }
+  auto tc = cfg.find("text_config");
+  if (tc != cfg.end() && tc->is_object()) {
+    std::string inner = type_of(*tc);
+    if (!inner.empty() && (!registry || registry->contains(inner))) return inner;
+  }
+  if (top.empty())
+    throw Error("[config] " + config_file.string() + ": no 'model_type' key");
+  return top;  // unknown: the registry lookup reports near matches
+}
+
+ModelPackage::ModelPackage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ModelPackage::ModelPackage(ModelPackage&&) noexcept = default;
+ModelPackage& ModelPackage::operator=(ModelPackage&&) noexcept = default;
+ModelPackage::~ModelPackage() = default;
+
+const std::string& ModelPackage::model_type() const { return impl_->model_type; }
+const std::string& ModelPackage::normalized_config() const { return impl_->normalized_config; }
+size_t ModelPackage::node_count() const {
+  return static_cast<size_t>(impl_->ctx->model.graph().node_size());
+}
+size_t ModelPackage::initializer_count() const { return impl_->ctx->plan.initializers().size(); }
+uint64_t ModelPackage::weight_bytes() const {
+  uint64_t n = 0;
+  for (const auto& i : impl_->ctx->plan.initializers()) n += i.nbytes();
+  return n;
+}
+
+void ModelPackage::save(const fs::path& out, const SaveOptions& opts) const {
+  save_package(*impl_, out, opts);
+}
+
+std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
+                                               const std::string& config_text,
+                                               const BuildOptions& opts) {
+  auto impl = std::make_unique<ModelPackage::Impl>();
+  impl->source_dir = dir;
+  impl->model_type = reg.model_type;
+  impl->ctx = std::make_unique<mobius_context>();
+  mobius_context& ctx = *impl->ctx;
+  ctx.options.dtype = parse_dtype(opts.dtype);
+  ctx.execution_provider = opts.execution_provider;
+  ctx.options.execution_provider = ctx.execution_provider.c_str();
+  ctx.options.no_weights = opts.no_weights ? 1 : 0;
+  ctx.quiet = opts.quiet;
+  if (!opts.no_weights) {
+    if (!has_weights(dir))
+      throw Error("[checkpoint] " + dir.string() +
+                  ": no model.safetensors or model.safetensors.index.json");
+    impl->checkpoint = open_safetensors_checkpoint(dir);
+    ctx.checkpoint = impl->checkpoint.get();
+  }
+  impl->normalized_config = reg.parse_config(&ctx, config_text);
+  ctx.model.mutable_graph()->set_name(reg.model_type);
+  reg.build(&ctx, impl->normalized_config);
+  if (ctx.model.graph().output_size() == 0)
+    throw Error("[build] " + reg.model_type + ": the plugin produced a graph without outputs");
+  if (impl->checkpoint) ctx.plan.preflight(*impl->checkpoint, reg.model_type);
+  return impl;
+}
+
+ModelPackage build(const std::string& source, const BuildOptions& opts,
+                   const ModelRegistry& registry) {
+  fs::path dir(source);
+  if (!fs::is_directory(dir))
+    throw Error("[source] '" + source + "' is not a folder holding config.json and weights");
+  fs::path cfg = dir / "config.json";
+  if (!fs::is_regular_file(cfg)) throw Error("[source] " + cfg.string() + ": not found");
+  std::string model_type = config_model_type(cfg, &registry);
+  const Registration& reg = registry.get(model_type);
+  std::ifstream in(cfg, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return ModelPackage(build_impl(reg, dir, ss.str(), opts));
+  } catch (const Error& e) {
+    std::string m = e.what();
+    if (m.rfind("[config]", 0) == 0 && m.find(cfg.string()) == std::string::npos)
+      throw Error("[config] " + cfg.string() + ": " + m.substr(9));
+    throw;
+  }
+}
+
+}  // namespace mobius

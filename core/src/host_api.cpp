@@ -1,0 +1,499 @@
+// host_api.cpp - the host's side of the C ABI: every entry validates its arguments, catches
+// every exception and turns it into a status plus last_error (the hourglass).
+#include <cstring>
+#include <iostream>
+
+#include "context.hpp"
+#include "mobius/error.hpp"
+
+mobius_context::mobius_context() {
+  options.struct_size = sizeof(options);
+  options.dtype = MOBIUS_DTYPE_FLOAT;
+  options.execution_provider = execution_provider.c_str();
+  graphs.emplace_back();
+  mobius_graph& g = graphs.front();
+  g.ctx = this;
+  g.proto = model.mutable_graph();
+  g.is_main = true;
+}
+
+namespace mobius {
+namespace {
+
+thread_local std::string g_orphan_error;  // errors of calls made without a context
+
+template <class F>
+mobius_status guarded(mobius_context* ctx, F&& f) {
+  try {
+    f();
+    return MOBIUS_OK;
+  } catch (const std::exception& e) {
+    (ctx ? ctx->last_error : g_orphan_error) = e.what();
+  } catch (...) {
+    (ctx ? ctx->last_error : g_orphan_error) = "unknown error";
+  }
+  return MOBIUS_ERROR;
+}
+
+std::string str(const char* s, const char* what) {
+  if (!s) throw Error(std::string("[abi] ") + what + " is NULL");
+  return s;
+}
+
+void check_name(const std::string& name, const char* what) {
+  if (name.empty()) throw Error(std::string("[abi] empty ") + what + " name");
+  if (name.size() > 4096) throw Error(std::string("[abi] ") + what + " name too long");
+}
+
+bool known_dtype(int32_t dt) { return dtype_size(dt) != 0 || dt == MOBIUS_DTYPE_BOOL; }
+
+void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* t, const std::string& name) {
+  if (!t || t->struct_size < sizeof(mobius_tensor_type))
+    throw Error("[abi] '" + name + "': missing or truncated tensor type");
+  if (!known_dtype(t->dtype))
+    throw Error("[abi] '" + name + "': unknown dtype " + std::to_string(t->dtype));
+  auto* tt = tp->mutable_tensor_type();
+  tt->set_elem_type(t->dtype);
+  if (t->rank < 0) return;  // unknown rank
+  if (t->rank > 64) throw Error("[abi] '" + name + "': rank " + std::to_string(t->rank));
+  if (t->rank > 0 && !t->dims) throw Error("[abi] '" + name + "': dims is NULL");
+  auto* shape = tt->mutable_shape();
+  for (int32_t i = 0; i < t->rank; ++i) {
+    auto* d = shape->add_dim();
+    const mobius_dim& md = t->dims[i];
+    if (md.param && *md.param) d->set_dim_param(md.param);
+    else if (md.value >= 0) d->set_dim_value(md.value);
+  }
+}
+
+std::vector<int64_t> static_dims(const mobius_tensor_type* t, const std::string& name) {
+  if (!t || t->struct_size < sizeof(mobius_tensor_type) || t->rank < 0)
+    throw Error("[abi] '" + name + "': needs a ranked tensor type");
+  if (t->rank > 0 && !t->dims) throw Error("[abi] '" + name + "': dims is NULL");
+  std::vector<int64_t> dims;
+  for (int32_t i = 0; i < t->rank; ++i) {
+    if (t->dims[i].param && *t->dims[i].param)
+      throw Error("[abi] '" + name + "': weights need static dims");
+    if (t->dims[i].value < 0) throw Error("[abi] '" + name + "': negative dim");
+    dims.push_back(t->dims[i].value);
+  }
+  return dims;
+}
+
+void define(mobius_graph* g, const std::string& name) {
+  if (!g->defined.insert(name).second)
+    throw Error("[graph] value '" + name + "' is defined twice");
+}
+
+mobius_graph* graph_checked(mobius_graph* g) {
+  if (!g || !g->ctx) throw Error("[abi] NULL graph");
+  if (g->consumed) throw Error("[abi] subgraph was already attached to a node");
+  return g;
+}
+
+void fill_tensor(onnx::TensorProto* t, const std::string& name, int32_t dtype,
+                 const std::vector<int64_t>& dims, const void* data, size_t nbytes) {
+  if (!known_dtype(dtype)) throw Error("[abi] '" + name + "': unknown dtype");
+  uint64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw Error("[abi] '" + name + "': negative dim");
+    if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d))
+      throw Error("[abi] '" + name + "': size overflows");
+    n *= static_cast<uint64_t>(d);
+  }
+  size_t es = dtype == MOBIUS_DTYPE_BOOL ? 1 : dtype_size(dtype);
+  if (n * es != nbytes)
+    throw Error("[abi] constant '" + name + "': " + std::to_string(nbytes) + " bytes for " +
+                std::to_string(n) + " elements of " + dtype_name(dtype));
+  if (nbytes && !data) throw Error("[abi] constant '" + name + "': data is NULL");
+  if (nbytes > (64u << 20))
+    throw Error("[abi] constant '" + name + "' is larger than 64 MiB: use an initializer");
+  t->set_name(name);
+  t->set_data_type(dtype);
+  for (int64_t d : dims) t->add_dims(d);
+  t->set_raw_data(data, nbytes);
+}
+
+// --- diagnostics ---
+
+void api_log(mobius_context* ctx, int32_t level, const char* message) {
+  if (!message) return;
+  if (ctx && ctx->quiet && level < MOBIUS_LOG_WARNING) return;
+  if (level < MOBIUS_LOG_INFO) return;
+  static const char* names[] = {"debug", "info", "warning", "error"};
+  std::cerr << "mobius: " << names[std::clamp(level, 0, 3)] << ": " << message << "\n";
+}
+
+const char* api_last_error(mobius_context* ctx) {
+  return ctx ? ctx->last_error.c_str() : g_orphan_error.c_str();
+}
+
+void api_set_error(mobius_context* ctx, const char* message) {
+  std::string m = message ? message : "unknown plugin error";
+  if (ctx) {
+    ctx->plugin_error = m;
+    ctx->last_error = m;
+  } else {
+    g_orphan_error = m;
+  }
+}
+
+// --- registration ---
+
+mobius_status api_register_architecture(mobius_registrar* reg, const mobius_architecture* a) {
+  if (!reg) return MOBIUS_ERROR;
+  try {
+    if (!a || a->struct_size < sizeof(mobius_architecture))
+      throw Error("[abi] register_architecture: missing or truncated architecture struct");
+    std::string model_type = str(a->model_type, "model_type");
+    std::string task = str(a->task, "task");
+    check_name(model_type, "model type");
+    if (!a->build || !a->parse_config)
+      throw Error("[abi] model type '" + model_type + "': build or parse_config is NULL");
+    Registration r;
+    r.model_type = model_type;
+    r.task = task;
+    r.plugin = reg->plugin_name;
+    r.plugin_path = reg->plugin_path;
+    r.version = reg->version;
+    r.vendor = reg->vendor;
+    r.priority = reg->priority;
+    auto parse = a->parse_config;
+    auto build = a->build;
+    void* user = a->user;
+    r.parse_config = [parse, user](mobius_context* ctx, const std::string& json) {
+      std::string out;
+      mobius_string_sink sink{&out, [](void* o, const char* d, size_t n) {
+                                if (d) static_cast<std::string*>(o)->append(d, n);
+                              }};
+      ctx->plugin_error.clear();
+      if (parse(user, ctx, json.c_str(), &sink) != MOBIUS_OK)
+        throw Error(ctx->plugin_error.empty() ? "[config] the plugin rejected the config"
+                                              : ctx->plugin_error);
+      return out;
+    };
+    r.build = [build, user](mobius_context* ctx, const std::string& json) {
+      ctx->plugin_error.clear();
+      if (build(user, ctx, json.c_str()) != MOBIUS_OK)
+        throw Error(ctx->plugin_error.empty() ? "[build] the plugin's build failed"
+                                              : ctx->plugin_error);
+    };
+    for (const auto& existing : reg->registrations)
+      if (existing.model_type == model_type)
+        throw Error("[registry] model type '" + model_type + "' registered twice");
+    reg->registrations.push_back(std::move(r));
+    return MOBIUS_OK;
+  } catch (const std::exception& e) {
+    if (reg->error.empty()) reg->error = e.what();
+  }
+  return MOBIUS_ERROR;
+}
+
+void api_registrar_error(mobius_registrar* reg, const char* message) {
+  if (reg && reg->error.empty()) reg->error = message ? message : "unknown error";
+}
+
+const mobius_build_options* api_build_options(mobius_context* ctx) {
+  return ctx ? &ctx->options : nullptr;
+}
+
+// --- graph building ---
+
+mobius_graph* api_main_graph(mobius_context* ctx) { return ctx ? ctx->main() : nullptr; }
+
+mobius_graph* api_create_subgraph(mobius_context* ctx, const char* name) {
+  if (!ctx) return nullptr;
+  mobius_graph* out = nullptr;
+  guarded(ctx, [&] {
+    mobius_graph& g = ctx->graphs.emplace_back();
+    g.ctx = ctx;
+    g.owned = std::make_unique<onnx::GraphProto>();
+    g.owned->set_name(name && *name ? name : "body");
+    g.proto = g.owned.get();
+    out = &g;
+  });
+  return out;
+}
+
+mobius_status api_add_input(mobius_graph* g, const char* name, const mobius_tensor_type* type) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    std::string n = str(name, "input name");
+    check_name(n, "input");
+    onnx::ValueInfoProto vi;
+    vi.set_name(n);
+    fill_type(vi.mutable_type(), type, n);
+    define(g, n);
+    *g->proto->add_input() = std::move(vi);
+  });
+}
+
+mobius_status api_add_output(mobius_graph* g, const char* name, const mobius_tensor_type* type) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    std::string n = str(name, "output name");
+    check_name(n, "output");
+    if (g->is_main && !g->defined.count(n))
+      throw Error("[graph] output '" + n + "' is not produced by any node");
+    for (const auto& o : g->proto->output())
+      if (o.name() == n) throw Error("[graph] output '" + n + "' declared twice");
+    onnx::ValueInfoProto vi;
+    vi.set_name(n);
+    fill_type(vi.mutable_type(), type, n);
+    *g->proto->add_output() = std::move(vi);
+  });
+}
+
+mobius_status api_add_initializer(mobius_graph* g, const char* name,
+                                  const mobius_tensor_type* type) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    std::string n = str(name, "initializer name");
+    check_name(n, "initializer");
+    if (!g->is_main) throw Error("[graph] initializer '" + n + "' must live in the main graph");
+    std::vector<int64_t> dims = static_dims(type, n);
+    if (!known_dtype(type->dtype) || type->dtype == MOBIUS_DTYPE_BOOL)
+      throw Error("[graph] initializer '" + n + "': unsupported dtype");
+    if (g->defined.count(n)) throw Error("[graph] value '" + n + "' is defined twice");
+    g->ctx->plan.declare(n, type->dtype, dims);
+    define(g, n);
+    auto* t = g->proto->add_initializer();
+    t->set_name(n);
+    t->set_data_type(type->dtype);
+    for (int64_t d : dims) t->add_dims(d);
+  });
+}
+
+mobius_status api_add_constant(mobius_graph* g, const char* name, const mobius_tensor_type* type,
+                               const void* data, size_t nbytes) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    std::string n = str(name, "constant name");
+    check_name(n, "constant");
+    std::vector<int64_t> dims = static_dims(type, n);
+    // A Constant node, so constants may live in subgraphs too and never mix with weights.
+    onnx::NodeProto node;
+    node.set_op_type("Constant");
+    node.set_name(n);
+    node.add_output(n);
+    auto* attr = node.add_attribute();
+    attr->set_name("value");
+    attr->set_type(onnx::AttributeProto::TENSOR);
+    fill_tensor(attr->mutable_t(), n, type->dtype, dims, data, nbytes);
+    define(g, n);
+    *g->proto->add_node() = std::move(node);
+  });
+}
+
+void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius_attribute* a) {
+  if (!a || a->struct_size < sizeof(mobius_attribute))
+    throw Error("[abi] missing or truncated attribute");
+  std::string name = str(a->name, "attribute name");
+  check_name(name, "attribute");
+  out->set_name(name);
+  auto need = [&](const void* p) {
+    if (a->count && !p) throw Error("[abi] attribute '" + name + "': NULL list");
+  };
+  switch (a->kind) {
+    case MOBIUS_ATTR_FLOAT: out->set_type(onnx::AttributeProto::FLOAT); out->set_f(a->f); break;
+    case MOBIUS_ATTR_INT: out->set_type(onnx::AttributeProto::INT); out->set_i(a->i); break;
+    case MOBIUS_ATTR_STRING:
+      out->set_type(onnx::AttributeProto::STRING);
+      out->set_s(str(a->s, "string attribute"));
+      break;
+    case MOBIUS_ATTR_INTS:
+      need(a->ints);
+      out->set_type(onnx::AttributeProto::INTS);
+      for (size_t i = 0; i < a->count; ++i) out->add_ints(a->ints[i]);
+      break;
+    case MOBIUS_ATTR_FLOATS:
+      need(a->floats);
+      out->set_type(onnx::AttributeProto::FLOATS);
+      for (size_t i = 0; i < a->count; ++i) out->add_floats(a->floats[i]);
+      break;
+    case MOBIUS_ATTR_STRINGS:
+      need(a->strings);
+      out->set_type(onnx::AttributeProto::STRINGS);
+      for (size_t i = 0; i < a->count; ++i) out->add_strings(str(a->strings[i], "string"));
+      break;
+    case MOBIUS_ATTR_TENSOR: {
+      out->set_type(onnx::AttributeProto::TENSOR);
+      if (a->tensor_rank < 0 || a->tensor_rank > 64 || (a->tensor_rank && !a->tensor_dims))
+        throw Error("[abi] attribute '" + name + "': bad tensor rank");
+      std::vector<int64_t> dims(a->tensor_dims, a->tensor_dims + a->tensor_rank);
+      fill_tensor(out->mutable_t(), "", a->tensor_dtype, dims, a->tensor_data, a->tensor_nbytes);
+      break;
+    }
+    case MOBIUS_ATTR_GRAPH: {
+      mobius_graph* sg = a->graph;
+      if (!sg || sg->ctx != ctx || sg->is_main || !sg->owned)
+        throw Error("[abi] attribute '" + name + "': not a subgraph of this build");
+      if (sg->consumed) throw Error("[abi] attribute '" + name + "': subgraph used twice");
+      out->set_type(onnx::AttributeProto::GRAPH);
+      *out->mutable_g() = std::move(*sg->owned);
+      sg->consumed = true;
+      break;
+    }
+    default:
+      throw Error("[abi] attribute '" + name + "': unknown kind " + std::to_string(a->kind));
+  }
+}
+
+mobius_status api_add_node(mobius_graph* g, const mobius_node* n) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    if (!n || n->struct_size < sizeof(mobius_node)) throw Error("[abi] missing or truncated node");
+    std::string op = str(n->op_type, "op_type");
+    check_name(op, "op type");
+    std::string domain = n->domain ? n->domain : "";
+    std::string name = n->name && *n->name ? n->name : op + "_" + std::to_string(g->ctx->node_counter);
+    ++g->ctx->node_counter;
+    if ((n->n_inputs && !n->inputs) || (n->n_outputs && !n->outputs) ||
+        (n->n_attributes && !n->attributes))
+      throw Error("[graph] node '" + name + "': NULL array");
+    if (n->n_inputs > 4096 || n->n_outputs > 4096 || n->n_attributes > 256)
+      throw Error("[graph] node '" + name + "': too many inputs, outputs or attributes");
+    onnx::NodeProto node;
+    node.set_op_type(op);
+    node.set_name(name);
+    if (!domain.empty() && domain != "ai.onnx") node.set_domain(domain);
+    for (size_t i = 0; i < n->n_inputs; ++i) {
+      std::string in = str(n->inputs[i], "input name");
+      // The main graph has no outer scope: everything it reads must be defined already.
+      if (!in.empty() && g->is_main && !g->defined.count(in))
+        throw Error("[graph] node '" + name + "' (" + op + ") reads undefined value '" + in + "'");
+      node.add_input(in);
+    }
+    for (size_t i = 0; i < n->n_outputs; ++i) {
+      std::string out = str(n->outputs[i], "output name");
+      node.add_output(out);
+    }
+    for (size_t i = 0; i < n->n_attributes; ++i)
+      fill_attribute(g->ctx, node.add_attribute(), n->attributes[i]);
+    std::set<std::string> outs;
+    for (const auto& out : node.output())
+      if (!out.empty() && (g->defined.count(out) || !outs.insert(out).second))
+        throw Error("[graph] node '" + name + "' (" + op + ") redefines value '" + out + "'");
+    for (const auto& out : outs) define(g, out);
+    if (!node.domain().empty()) g->ctx->domains.insert(node.domain());
+    *g->proto->add_node() = std::move(node);
+  });
+}
+
+mobius_status api_add_value_info(mobius_graph* g, const char* name,
+                                 const mobius_tensor_type* type) {
+  return guarded(g ? g->ctx : nullptr, [&] {
+    graph_checked(g);
+    std::string n = str(name, "value name");
+    auto* vi = g->proto->add_value_info();
+    vi->set_name(n);
+    fill_type(vi->mutable_type(), type, n);
+  });
+}
+
+// --- weight planning ---
+
+std::vector<std::string> names(const char* const* p, size_t n) {
+  if (n && !p) throw Error("[abi] NULL tensor name list");
+  if (n > (1u << 20)) throw Error("[abi] tensor name list too long");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(str(p[i], "tensor name"));
+    check_name(out.back(), "tensor");
+  }
+  return out;
+}
+
+mobius_status api_plan_tensor(mobius_context* ctx, const char* init, const char* tensor) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    ctx->plan.set_source(str(init, "initializer"),
+                         StreamingWeightSource{str(tensor, "checkpoint tensor")});
+  });
+}
+
+mobius_status api_plan_expert_bank(mobius_context* ctx, const char* init,
+                                   const char* const* tensors, size_t n) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    if (n == 0) throw Error("[plan] expert bank '" + str(init, "initializer") + "' has no experts");
+    ctx->plan.set_source(str(init, "initializer"), StreamingExpertBankSource{names(tensors, n)});
+  });
+}
+
+mobius_status api_plan_transformed(mobius_context* ctx, const char* init,
+                                   const char* const* tensors, size_t n, mobius_transform_fn fn,
+                                   void* user, void (*release)(void*)) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    if (!fn) throw Error("[plan] transform for '" + str(init, "initializer") + "' is NULL");
+    ctx->plan.set_source(str(init, "initializer"),
+                         StreamingTransformedWeightSource{names(tensors, n), fn, user, release});
+  });
+}
+
+mobius_status api_ignore_tensors(mobius_context* ctx, const char* pattern) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    ctx->plan.ignore(str(pattern, "pattern"));
+  });
+}
+
+mobius_status api_query_tensor(mobius_context* ctx, const char* name, mobius_tensor_info* out) {
+  if (!ctx || !name || !out || out->struct_size < sizeof(mobius_tensor_info)) return MOBIUS_ERROR;
+  if (!ctx->checkpoint) {
+    ctx->last_error = "[checkpoint] no checkpoint in this build";
+    return MOBIUS_ERROR;
+  }
+  const TensorMeta* m = ctx->checkpoint->find(name);
+  if (!m) {
+    ctx->last_error = std::string("[checkpoint] no tensor '") + name + "'";
+    return MOBIUS_ERROR;
+  }
+  out->dtype = m->dtype;
+  out->rank = static_cast<int32_t>(std::min<size_t>(m->shape.size(), 8));
+  for (int32_t i = 0; i < out->rank; ++i) out->dims[i] = m->shape[static_cast<size_t>(i)];
+  return MOBIUS_OK;
+}
+
+mobius_host_api make_api() {
+  mobius_host_api a{};
+  a.struct_size = sizeof(a);
+  a.abi_version = MOBIUS_ABI_VERSION;
+  a.log = &api_log;
+  a.last_error = &api_last_error;
+  a.set_error = &api_set_error;
+  a.register_architecture = &api_register_architecture;
+  a.registrar_error = &api_registrar_error;
+  a.build_options = &api_build_options;
+  a.main_graph = &api_main_graph;
+  a.create_subgraph = &api_create_subgraph;
+  a.add_input = &api_add_input;
+  a.add_output = &api_add_output;
+  a.add_initializer = &api_add_initializer;
+  a.add_constant = &api_add_constant;
+  a.add_node = &api_add_node;
+  a.add_value_info = &api_add_value_info;
+  a.plan_tensor = &api_plan_tensor;
+  a.plan_expert_bank = &api_plan_expert_bank;
+  a.plan_transformed = &api_plan_transformed;
+  a.ignore_tensors = &api_ignore_tensors;
+  a.query_tensor = &api_query_tensor;
+  return a;
+}
+
+}  // namespace
+
+const mobius_host_api* host_api() {
+  static const mobius_host_api api = make_api();
+  return &api;
+}
+
+void run_plugin_register(mobius_plugin_register_fn fn, mobius_registrar& reg) {
+  mobius_status st = fn(host_api(), &reg);
+  if (st != MOBIUS_OK)
+    throw Error(reg.error.empty() ? "register() failed without a message" : reg.error);
+  if (!reg.error.empty()) throw Error(reg.error);
+}
+
+}  // namespace mobius

@@ -1,0 +1,29 @@
+// package.hpp - the state behind ModelPackage, shared by build.cpp and save.cpp.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "checkpoint.hpp"
+#include "context.hpp"
+#include "mobius/build.hpp"
+
+namespace mobius {
+
+struct ModelPackage::Impl {
+  std::filesystem::path source_dir;
+  std::string model_type;
+  std::string normalized_config;
+  std::unique_ptr<CheckpointReader> checkpoint;
+  std::unique_ptr<mobius_context> ctx;
+};
+
+std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg,
+                                               const std::filesystem::path& dir,
+                                               const std::string& config_text,
+                                               const BuildOptions& opts);
+void save_package(const ModelPackage::Impl& pkg, const std::filesystem::path& out,
+                  const SaveOptions& opts);
+
+}  // namespace mobius

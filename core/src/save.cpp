@@ -1,0 +1,250 @@
+// save.cpp - ONNX serialization and the transactional save: temp folder, stream weights one at a
+// time into external data, fsync, check, then swap into place.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unordered_map>
+
+#include "onnx/checker.h"
+#include "package.hpp"
+
+#ifndef MOBIUS_VERSION
+#define MOBIUS_VERSION "0.0.0"
+#endif
+
+namespace mobius {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kIrVersion = 8;     // what Debian's onnx 1.12 checker accepts
+constexpr int64_t kOpsetVersion = 17;
+constexpr uint64_t kAlign = 64;       // external data offsets are 64-byte aligned
+const char* const kDataFile = "model.onnx.data";
+const char* const kTempTag = ".mobius-tmp-";
+
+// Files a runtime needs beside the model, copied when the checkpoint has them.
+const char* const kRuntimeFiles[] = {
+    "config.json",          "generation_config.json", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json",           "merges.txt",             "added_tokens.json",
+    "chat_template.jinja",  "chat_template.json",
+};
+
+std::string sys_error(const std::string& what, const fs::path& p) {
+  return "[save] " + p.string() + ": " + what + ": " + std::strerror(errno);
+}
+
+class Fd {
+ public:
+  Fd(const fs::path& p, int flags, mode_t mode = 0644) : path_(p) {
+    fd_ = ::open(p.c_str(), flags | O_CLOEXEC, mode);
+    if (fd_ < 0) throw Error(sys_error("cannot open", p));
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  void write_all(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        throw Error(sys_error("write failed", path_));
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void sync() {
+    if (::fsync(fd_) != 0) throw Error(sys_error("fsync failed", path_));
+  }
+  void truncate(uint64_t size) {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      throw Error(sys_error("ftruncate failed", path_));
+  }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
+void fsync_dir(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Removes temp folders of earlier runs that were killed (their process no longer exists).
+void clean_stale_temps(const fs::path& parent, const std::string& name) {
+  std::error_code ec;
+  std::string prefix = "." + name + kTempTag;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    std::string fn = e.path().filename().string();
+    if (fn.rfind(prefix, 0) != 0) continue;
+    std::string pid_s = fn.substr(prefix.size());
+    char* end = nullptr;
+    long pid = std::strtol(pid_s.c_str(), &end, 10);
+    if (!end || *end || pid <= 0) continue;
+    if (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
+      fs::remove_all(e.path(), ec);
+  }
+}
+
+class TempDir {
+ public:
+  explicit TempDir(fs::path p) : path_(std::move(p)) {}
+  ~TempDir() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  void committed() { committed_ = true; }
+
+ private:
+  fs::path path_;
+  bool committed_ = false;
+};
+
+void finalize(onnx::ModelProto& m, const std::set<std::string>& domains,
+              const std::string& model_type) {
+  if (m.graph().name().empty()) m.mutable_graph()->set_name(model_type.empty() ? "main" : model_type);
+  m.set_ir_version(kIrVersion);
+  m.set_producer_name("mobius");
+  m.set_producer_version(MOBIUS_VERSION);
+  m.clear_opset_import();
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(kOpsetVersion);
+  for (const auto& d : domains) {
+    auto* o = m.add_opset_import();
+    o->set_domain(d);
+    o->set_version(1);
+  }
+}
+
+void copy_runtime_files(const fs::path& src, const fs::path& dst) {
+  if (src.empty()) return;
+  std::error_code ec;
+  fs::path root = fs::canonical(src, ec);
+  if (ec) return;
+  for (const char* name : kRuntimeFiles) {
+    fs::path p = src / name;
+    if (!fs::is_regular_file(p, ec)) continue;
+    // Never follow a link out of the checkpoint folder.
+    fs::path real = fs::canonical(p, ec);
+    if (ec) continue;
+    auto rel = real.lexically_relative(root);
+    if (rel.empty() || *rel.begin() == "..") continue;
+    fs::copy_file(real, dst / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw Error("[save] cannot copy " + p.string() + ": " + ec.message());
+  }
+}
+
+}  // namespace
+
+void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
+  fs::path target = fs::absolute(out).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  fs::path parent = target.parent_path();
+  std::string name = target.filename().string();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
+  if (fs::exists(target)) {
+    if (!fs::is_directory(target))
+      throw Error("[save] " + target.string() + " exists and is not a folder");
+    if (!fs::is_empty(target) && !fs::exists(target / "model.onnx"))
+      throw Error("[save] " + target.string() +
+                  " is a non-empty folder without model.onnx; refusing to replace it");
+  }
+  clean_stale_temps(parent, name);
+
+  TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid())));
+  fs::remove_all(tmp.path(), ec);
+  if (!fs::create_directory(tmp.path(), ec) || ec)
+    throw Error("[save] cannot create " + tmp.path().string() + ": " + ec.message());
+
+  const mobius_context& ctx = *pkg.ctx;
+  onnx::ModelProto model = ctx.model;
+  finalize(model, ctx.domains, pkg.model_type);
+  std::unordered_map<std::string, onnx::TensorProto*> by_name;
+  for (auto& t : *model.mutable_graph()->mutable_initializer()) by_name[t.name()] = &t;
+
+  // Weights: one initializer at a time, in graph order, appended to one data file.
+  {
+    Fd data(tmp.path() / kDataFile, O_WRONLY | O_CREAT | O_TRUNC);
+    uint64_t offset = 0;
+    std::vector<uint8_t> buf;
+    static const uint8_t zeros[kAlign] = {0};
+    for (const auto& init : ctx.plan.initializers()) {
+      if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
+      uint64_t pad = (kAlign - offset % kAlign) % kAlign;
+      uint64_t n = init.nbytes();
+      if (!ctx.options.no_weights) {
+        data.write_all(zeros, pad);
+        buf.resize(n);
+        ctx.plan.materialize(init, pkg.checkpoint.get(), buf.data());
+        data.write_all(buf.data(), n);
+      }
+      offset += pad;
+      onnx::TensorProto* t = by_name.at(init.name);
+      t->set_data_location(onnx::TensorProto::EXTERNAL);
+      t->clear_external_data();
+      auto add = [t](const std::string& k, const std::string& v) {
+        auto* e = t->add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", kDataFile);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(n));
+      offset += n;
+    }
+    // Graph-only builds get a sparse data file of the right size (zeros, no disk blocks).
+    if (ctx.options.no_weights) data.truncate(offset);
+    data.sync();
+  }
+  {
+    fs::path mp = tmp.path() / "model.onnx";
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) throw Error("[save] cannot serialize the model");
+    Fd f(mp, O_WRONLY | O_CREAT | O_TRUNC);
+    f.write_all(bytes.data(), bytes.size());
+    f.sync();
+    try {
+      onnx::checker::check_model(mp.string());
+    } catch (const std::exception& e) {
+      throw Error(std::string("[onnx] the checker rejected the model: ") + e.what());
+    }
+  }
+  copy_runtime_files(pkg.source_dir, tmp.path());
+  fsync_dir(tmp.path());
+
+  if (fs::exists(target)) {
+    // Atomic swap: OUT is at every moment either the old complete model or the new one.
+    if (::renameat2(AT_FDCWD, tmp.path().c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+      throw Error(sys_error("cannot replace", target));
+    fs::remove_all(tmp.path(), ec);  // now holds the previous model
+  } else if (::rename(tmp.path().c_str(), target.c_str()) != 0) {
+    throw Error(sys_error("cannot rename into place", target));
+  }
+  tmp.committed();
+  fsync_dir(parent);
+}
+
+}  // namespace mobius

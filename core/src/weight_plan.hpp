@@ -1,0 +1,78 @@
+// weight_plan.hpp - StreamingWeightPlan: every initializer's one source, checked before any data moves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "mobius/plugin.h"
+
+namespace mobius {
+
+// One checkpoint tensor, cast to the initializer's dtype if they differ.
+struct StreamingWeightSource {
+  std::string tensor;
+};
+// Per-expert tensors of equal shape, stacked along a new leading axis.
+struct StreamingExpertBankSource {
+  std::vector<std::string> tensors;
+};
+// A plugin transform of one or more tensors into a different layout (float32 in, float32 out).
+struct StreamingTransformedWeightSource {
+  std::vector<std::string> tensors;
+  mobius_transform_fn fn = nullptr;
+  void* user = nullptr;
+  void (*release)(void*) = nullptr;
+};
+
+using WeightSourceVariant = std::variant<StreamingWeightSource, StreamingExpertBankSource,
+                                         StreamingTransformedWeightSource>;
+
+struct PlannedInitializer {
+  std::string name;
+  int32_t dtype = 0;
+  std::vector<int64_t> shape;
+  bool has_source = false;
+  WeightSourceVariant source;
+  uint64_t nbytes() const;
+};
+
+class StreamingWeightPlan {
+ public:
+  StreamingWeightPlan() = default;
+  StreamingWeightPlan(const StreamingWeightPlan&) = delete;
+  StreamingWeightPlan& operator=(const StreamingWeightPlan&) = delete;
+  StreamingWeightPlan(StreamingWeightPlan&&) = default;
+  StreamingWeightPlan& operator=(StreamingWeightPlan&&) = default;
+  ~StreamingWeightPlan();
+
+  void declare(const std::string& name, int32_t dtype, std::vector<int64_t> shape);
+  bool declared(const std::string& name) const;
+  // Throws mobius::Error when the initializer is unknown or already has a source.
+  void set_source(const std::string& name, WeightSourceVariant src);
+  void ignore(const std::string& glob) { ignore_.push_back(glob); }
+  const std::vector<std::string>& ignored() const { return ignore_; }
+
+  const std::vector<PlannedInitializer>& initializers() const { return inits_; }
+
+  // Header-only validation against the checkpoint: every initializer has a source, every
+  // source exists with a compatible shape and dtype, every checkpoint tensor is used or
+  // ignored. Throws one mobius::Error listing every problem found.
+  void preflight(const CheckpointReader& ckpt, const std::string& arch) const;
+
+  // Fills `dst` (init.nbytes() bytes, the initializer's dtype) from its source. `ckpt` may be
+  // null when no source reads the checkpoint (generated weights).
+  void materialize(const PlannedInitializer& init, const CheckpointReader* ckpt, void* dst) const;
+
+ private:
+  std::vector<PlannedInitializer> inits_;
+  std::vector<std::string> ignore_;
+};
+
+bool glob_match(const std::string& pattern, const std::string& text);
+// Converts n elements between numeric dtypes (floating types via float32, exactly for widening).
+void convert_elements(int32_t from, const void* src, int32_t to, void* dst, size_t n);
+
+}  // namespace mobius

@@ -1,0 +1,64 @@
+// mobius/sdk/context.hpp - one build as a plugin sees it: options, the main graph, the weight plan.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mobius/plugin.h"
+#include "mobius/sdk/graph.hpp"
+
+namespace mobius {
+
+// A float32 tensor handed to a C++ weight transform.
+struct HostTensor {
+  std::vector<int64_t> dims;
+  const float* data = nullptr;
+  size_t numel = 0;
+};
+// Fills `out` (float32, `out_numel` elements, the initializer's shape) from the sources.
+using WeightTransform =
+    std::function<void(const std::vector<HostTensor>& inputs, float* out, size_t out_numel)>;
+
+class BuildContext {
+ public:
+  BuildContext(const mobius_host_api* host, mobius_context* ctx);
+  BuildContext(const BuildContext&) = delete;
+  BuildContext& operator=(const BuildContext&) = delete;
+
+  const mobius_host_api* host() const { return host_; }
+  mobius_context* handle() const { return ctx_; }
+
+  // The model's weight dtype chosen by the user (Float, Float16 or BFloat16).
+  DType weight_dtype() const;
+  std::string execution_provider() const;
+  bool no_weights() const;
+
+  Graph& graph() { return *main_; }
+
+  // Weight plan: every initializer gets exactly one source.
+  void plan_tensor(const std::string& initializer, const std::string& checkpoint_tensor);
+  void plan_expert_bank(const std::string& initializer, const std::vector<std::string>& tensors);
+  void plan_transformed(const std::string& initializer, const std::vector<std::string>& tensors,
+                        WeightTransform fn);
+  void ignore_tensors(const std::string& glob);
+  // Header-only metadata of a checkpoint tensor; nullopt when absent.
+  struct TensorInfo {
+    DType dtype;
+    std::vector<int64_t> dims;
+  };
+  std::optional<TensorInfo> query_tensor(const std::string& name) const;
+
+  void log(int level, const std::string& msg) const;
+  // Throws mobius::Error with the host's message when st != MOBIUS_OK.
+  void check(mobius_status st, const std::string& what) const;
+
+ private:
+  const mobius_host_api* host_;
+  mobius_context* ctx_;
+  std::unique_ptr<Graph> main_;
+};
+
+}  // namespace mobius

@@ -1,0 +1,70 @@
+// mobius/sdk/module.hpp - nn::Module: a tree of named parameters whose dotted paths equal
+// the checkpoint's tensor names.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mobius/sdk/context.hpp"
+#include "mobius/sdk/graph.hpp"
+
+namespace mobius::nn {
+
+struct ParameterSpec {
+  std::string name;          // local name, e.g. "weight"
+  std::vector<int64_t> shape;
+  DType dtype = DType::Undefined;  // Undefined: the build's weight dtype
+  std::string source;        // full checkpoint tensor name when it differs from the path
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Dotted path of this module, e.g. "model.layers.0.self_attn" ("" for the root).
+  const std::string& path() const { return path_; }
+  // Full name of a parameter or child of this module.
+  std::string full_name(const std::string& local) const {
+    return path_.empty() ? local : path_ + "." + local;
+  }
+
+  // The graph value of a declared parameter. The first use declares the initializer, named
+  // by the parameter's full path, and plans its weights from the checkpoint tensor of the
+  // same name (or the tensor it was tied to).
+  Value param(Graph& g, const std::string& local) const;
+  bool has_param(const std::string& local) const { return params_.count(local) > 0; }
+
+  // Every parameter below this module: full name -> spec (sorted).
+  std::map<std::string, ParameterSpec> parameters() const;
+
+  // Takes a parameter's bytes from another checkpoint tensor (tied weights), e.g.
+  // lm_head.weight from model.embed_tokens.weight.
+  void tie(const std::string& local, const std::string& source_full_name);
+
+ protected:
+  void declare(const std::string& local, std::vector<int64_t> shape,
+               DType dtype = DType::Undefined);
+  template <class M, class... Args>
+  M& add(const std::string& local, Args&&... args) {
+    auto m = std::make_unique<M>(std::forward<Args>(args)...);
+    M& ref = *m;
+    attach(local, std::move(m));
+    return ref;
+  }
+  void attach(const std::string& local, std::unique_ptr<Module> child);
+  Module* child(const std::string& local) const;
+
+ private:
+  void set_path(const std::string& p);
+  std::string path_;
+  std::map<std::string, ParameterSpec> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+}  // namespace mobius::nn
