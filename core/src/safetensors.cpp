@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <set>
 #include <system_error>
 #include <unordered_map>
 #include <utility>
@@ -350,7 +351,7 @@ class HeaderSax : public SaxBase {
         }
         return true;
       case In::Meta:
-        if (!meta_keys_.emplace(k, 0).second) {
+        if (!meta_keys_.insert(k).second) {
           return reject("__metadata__ has duplicate key " + quote_name(k));
         }
         meta_key_ = std::move(k);
@@ -486,7 +487,7 @@ class HeaderSax : public SaxBase {
   Expect expect_ = Expect::Root;
   unsigned fields_ = 0;
   bool seen_metadata_ = false;
-  std::map<std::string, int> meta_keys_;
+  std::set<std::string> meta_keys_;
   std::string meta_key_;
 };
 

@@ -1,0 +1,104 @@
+// mobius/sdk/config.hpp - ArchitectureConfig: a Hugging Face config.json read with each model
+// type's defaults, validated with errors that name the key.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mobius/error.hpp"
+
+namespace mobius {
+
+// Typed access to a config object; every error names the key, e.g.
+// "[config] 'num_key_value_heads' (3) must divide 'num_attention_heads' (4)".
+class ConfigReader {
+ public:
+  explicit ConfigReader(const nlohmann::json& j, std::string where = "");
+  bool has(const std::string& key) const;  // present and not null
+  int64_t get_int(const std::string& key, std::optional<int64_t> def = std::nullopt) const;
+  double get_double(const std::string& key, std::optional<double> def = std::nullopt) const;
+  bool get_bool(const std::string& key, std::optional<bool> def = std::nullopt) const;
+  std::string get_string(const std::string& key,
+                         std::optional<std::string> def = std::nullopt) const;
+  std::vector<std::string> get_strings(const std::string& key) const;  // [] when absent
+  const nlohmann::json& raw() const { return j_; }
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const;
+
+ private:
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3 | yarn | dynamic
+  double theta = 10000.0;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+  double partial_rotary_factor = 1.0;
+  // yarn
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;  // 0: derived from factor (and mscale/mscale_all_dim)
+  bool truncate = true;
+  // Layout: rotate_half over the two halves (false) or adjacent pairs (true).
+  bool interleaved = false;
+};
+
+// What the SDK's decoder components read. Family-specific keys with no slot here stay in
+// `extra` (the whole normalized config is passed back to the plugin's builder).
+struct ArchitectureConfig {
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  std::string hidden_act = "silu";
+  double rms_norm_eps = 1e-6;
+  int64_t max_position_embeddings = 0;
+  RopeConfig rope;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool tie_word_embeddings = false;
+  int64_t sliding_window = 0;             // 0: none
+  std::vector<std::string> layer_types;   // per layer: full_attention | sliding_attention | ...
+  std::string qk_norm = "none";           // none | head (per head, after reshape) | full
+  bool post_norm = false;                 // OLMo-2 ordering: norm after each sub-block
+  double embedding_multiplier = 1.0;
+  double attention_multiplier = 0.0;      // 0: head_dim ** -0.5
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
+  double attn_logit_softcapping = 0.0;    // 0: none
+  double final_logit_softcapping = 0.0;   // 0: none
+  nlohmann::json extra = nlohmann::json::object();
+
+  int64_t rotary_dim() const;  // head_dim * partial_rotary_factor, even
+  bool is_sliding(int64_t layer) const;
+  // Checks relations between fields; throws naming the key.
+  void validate() const;
+};
+
+void to_json(nlohmann::json& j, const RopeConfig& r);
+void from_json(const nlohmann::json& j, RopeConfig& r);
+void to_json(nlohmann::json& j, const ArchitectureConfig& c);
+void from_json(const nlohmann::json& j, ArchitectureConfig& c);
+
+// Reads rope settings the way transformers does: `rope_scaling` ({"type"} or {"rope_type"}),
+// or the newer `rope_parameters`, with `rope_theta` and `partial_rotary_factor`.
+RopeConfig read_rope(const ConfigReader& r, double default_theta);
+
+// The text part of a config: `text_config` when the top level nests one, else the top level.
+const nlohmann::json& text_config(const nlohmann::json& j);
+
+}  // namespace mobius
