@@ -87,12 +87,14 @@ void ModelPackage::save(const fs::path& out, const SaveOptions& opts) const {
   save_package(*impl_, out, opts);
 }
 
-std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
-                                               const std::string& config_text,
-                                               const BuildOptions& opts) {
+namespace {
+
+// A context with the user's options, and the checkpoint opened when weights are wanted.
+std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const fs::path& dir,
+                                          const BuildOptions& opts) {
   auto impl = std::make_unique<ModelPackage::Impl>();
   impl->source_dir = dir;
-  impl->model_type = reg.model_type;
+  impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
   mobius_context& ctx = *impl->ctx;
   ctx.options.dtype = parse_dtype(opts.dtype);
@@ -100,20 +102,44 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
   ctx.options.execution_provider = ctx.execution_provider.c_str();
   ctx.options.no_weights = opts.no_weights ? 1 : 0;
   ctx.quiet = opts.quiet;
-  if (!opts.no_weights) {
+  if (!opts.no_weights && !dir.empty()) {
     if (!has_weights(dir))
       throw Error("[checkpoint] " + dir.string() +
                   ": no model.safetensors or model.safetensors.index.json");
     impl->checkpoint = open_safetensors_checkpoint(dir);
     ctx.checkpoint = impl->checkpoint.get();
   }
-  impl->normalized_config = reg.parse_config(&ctx, config_text);
-  ctx.model.mutable_graph()->set_name(reg.model_type);
-  reg.build(&ctx, impl->normalized_config);
-  if (ctx.model.graph().output_size() == 0)
-    throw Error("[build] " + reg.model_type + ": the plugin produced a graph without outputs");
-  if (impl->checkpoint) ctx.plan.preflight(*impl->checkpoint, reg.model_type);
+  ctx.model.mutable_graph()->set_name(model_type);
   return impl;
+}
+
+void finish(ModelPackage::Impl& impl) {
+  if (impl.ctx->model.graph().output_size() == 0)
+    throw Error("[build] " + impl.model_type + ": the graph has no outputs");
+  if (impl.checkpoint) impl.ctx->plan.preflight(*impl.checkpoint, impl.model_type);
+}
+
+}  // namespace
+
+std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
+                                               const std::string& config_text,
+                                               const BuildOptions& opts) {
+  auto impl = start(reg.model_type, dir, opts);
+  impl->normalized_config = reg.parse_config(impl->ctx.get(), config_text);
+  reg.build(impl->ctx.get(), impl->normalized_config);
+  finish(*impl);
+  return impl;
+}
+
+ModelPackage build_with(const std::string& model_type,
+                        const std::function<void(mobius_context*)>& build_fn,
+                        const BuildOptions& opts, const fs::path& checkpoint_dir,
+                        const std::string& normalized_config) {
+  auto impl = start(model_type, checkpoint_dir, opts);
+  impl->normalized_config = normalized_config;
+  build_fn(impl->ctx.get());
+  finish(*impl);
+  return ModelPackage(std::move(impl));
 }
 
 ModelPackage build(const std::string& source, const BuildOptions& opts,

@@ -47,8 +47,6 @@ struct mobius_registrar {
 };
 
 namespace mobius {
-// The process's host function table (one per process, immutable).
-const mobius_host_api* host_api();
 // Runs a plugin's register entry point against `reg`; throws mobius::Error with the plugin's
 // message when it fails.
 void run_plugin_register(mobius_plugin_register_fn fn, mobius_registrar& reg);

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "context.hpp"
+#include "mobius/build.hpp"
 #include "mobius/error.hpp"
 
 mobius_context::mobius_context() {

@@ -152,11 +152,20 @@ std::optional<Value> Graph::find_initializer(const std::string& name) const {
 
 Value Graph::constant(const TensorType& type, const void* data, size_t nbytes,
                       const std::string& hint) {
+  // Equal small constants (shapes, axes, scalars) are one node, not one per use.
+  std::string key;
+  if (nbytes <= 4096) {
+    key = type.str() + "|";
+    key.append(static_cast<const char*>(data), nbytes);
+    if (auto it = constants_.find(key); it != constants_.end()) return Value(this, it->second);
+  }
   std::string name = fresh_name(hint);
   AbiTensorType t(type);
   check(ctx_->host()->add_constant(handle_, name.c_str(), &t.abi, data, nbytes),
         "constant '" + name + "'");
-  return make_value(name, type);
+  Value v = make_value(name, type);
+  if (!key.empty()) constants_.emplace(std::move(key), v.id_);
+  return v;
 }
 
 Value Graph::outer(Value v) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mobius/error.hpp"
+#include "mobius/plugin.h"
 #include "mobius/registry.hpp"
 
 namespace mobius {
@@ -53,6 +54,17 @@ class ModelPackage {
 // throws before anything is written.
 ModelPackage build(const std::string& source, const BuildOptions& opts,
                    const ModelRegistry& registry);
+
+// Builds a graph that `build_fn` constructs through the C ABI (the host function table is
+// host_api()), binding its weights to the checkpoint in `checkpoint_dir` (empty: no checkpoint;
+// then only generated weights or --no-weights builds can be saved). Preflight runs as in build().
+ModelPackage build_with(const std::string& model_type,
+                        const std::function<void(mobius_context* ctx)>& build_fn,
+                        const BuildOptions& opts, const std::filesystem::path& checkpoint_dir = {},
+                        const std::string& normalized_config = "{}");
+
+// The host's C function table, for code that builds graphs in-process.
+const mobius_host_api* host_api();
 
 // The model_type a config.json declares (a composite config's text_config when the top level
 // is not registered). Throws mobius::Error naming the file and key.

@@ -176,6 +176,7 @@ class Graph {
   std::vector<Entry> values_;
   std::unordered_map<std::string, uint32_t> by_name_;
   std::unordered_map<std::string, uint32_t> initializers_;
+  std::unordered_map<std::string, uint32_t> constants_;  // dtype+shape+bytes -> value
   std::vector<std::string> scopes_;
   std::unordered_map<std::string, int> name_counts_;
   std::string prefix_;
