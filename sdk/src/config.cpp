@@ -216,6 +216,8 @@ void to_json(nlohmann::json& j, const ArchitectureConfig& c) {
        {"rms_norm_eps", c.rms_norm_eps},
        {"max_position_embeddings", c.max_position_embeddings},
        {"rope", c.rope},
+       {"has_sliding_rope", c.has_sliding_rope},
+       {"sliding_rope", c.sliding_rope},
        {"qkv_bias", c.qkv_bias},
        {"o_bias", c.o_bias},
        {"mlp_bias", c.mlp_bias},
@@ -246,6 +248,8 @@ void from_json(const nlohmann::json& j, ArchitectureConfig& c) {
   c.rms_norm_eps = j.at("rms_norm_eps");
   c.max_position_embeddings = j.at("max_position_embeddings");
   c.rope = j.at("rope");
+  c.has_sliding_rope = j.at("has_sliding_rope");
+  c.sliding_rope = j.at("sliding_rope");
   c.qkv_bias = j.at("qkv_bias");
   c.o_bias = j.at("o_bias");
   c.mlp_bias = j.at("mlp_bias");

@@ -265,7 +265,7 @@ Attention::Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFac
                                          : 1.0 / std::sqrt(static_cast<double>(cfg.head_dim))),
       softcap(cfg.attn_logit_softcapping),
       qk_norm(cfg.qk_norm),
-      rope(cfg.rope) {
+      rope(cfg.has_sliding_rope && cfg.is_sliding(layer) ? cfg.sliding_rope : cfg.rope) {
   q_proj = &add<Linear>("q_proj", hidden, heads * head_dim, cfg.qkv_bias);
   k_proj = &add<Linear>("k_proj", hidden, kv_heads * head_dim, cfg.qkv_bias);
   v_proj = &add<Linear>("v_proj", hidden, kv_heads * head_dim, cfg.qkv_bias);
@@ -392,6 +392,36 @@ Value PostNormDecoderLayer::forward(Graph& g, Value h, SharedInputs& shared,
   ScopeGuard s(g, path());
   h = Add(h, post_attention_layernorm->forward(g, self_attn->forward(g, h, shared, past, present)));
   return Add(h, post_feedforward_layernorm->forward(g, mlp->forward(g, h)));
+}
+
+SandwichDecoderLayer::SandwichDecoderLayer(const ArchitectureConfig& cfg, int64_t layer,
+                                           const NormFactory& norm) {
+  auto add_norm = [&](const char* name) {
+    auto n = norm(cfg.hidden_size, cfg.rms_norm_eps);
+    const RMSNorm* p = n.get();
+    attach(name, std::move(n));
+    return p;
+  };
+  input_layernorm = add_norm("input_layernorm");
+  self_attn = &add<Attention>("self_attn", cfg, layer, norm);
+  post_attention_layernorm = add_norm("post_attention_layernorm");
+  pre_feedforward_layernorm = add_norm("pre_feedforward_layernorm");
+  mlp = &add<GatedMLP>("mlp", cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias, cfg.hidden_act);
+  post_feedforward_layernorm = add_norm("post_feedforward_layernorm");
+}
+
+std::vector<CacheEntry> SandwichDecoderLayer::cache_entries(DType act) const {
+  return self_attn->cache_entries(act);
+}
+
+Value SandwichDecoderLayer::forward(Graph& g, Value h, SharedInputs& shared,
+                                    const std::map<std::string, Value>& past,
+                                    std::map<std::string, Value>& present) const {
+  ScopeGuard s(g, path());
+  Value a = self_attn->forward(g, input_layernorm->forward(g, h), shared, past, present);
+  h = Add(h, post_attention_layernorm->forward(g, a));
+  Value m = mlp->forward(g, pre_feedforward_layernorm->forward(g, h));
+  return Add(h, post_feedforward_layernorm->forward(g, m));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,6 +67,9 @@ struct ArchitectureConfig {
   double rms_norm_eps = 1e-6;
   int64_t max_position_embeddings = 0;
   RopeConfig rope;
+  // Sliding-window layers with a rope of their own (Gemma 3's local base frequency).
+  bool has_sliding_rope = false;
+  RopeConfig sliding_rope;
   bool qkv_bias = false;
   bool o_bias = false;
   bool mlp_bias = false;

@@ -182,6 +182,23 @@ class PostNormDecoderLayer : public DecoderLayerBase {
   const RMSNorm* post_feedforward_layernorm;
 };
 
+// Sandwich norms (Gemma 2/3): h + post_attention_layernorm(attn(input_layernorm(h))), then
+// h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+class SandwichDecoderLayer : public DecoderLayerBase {
+ public:
+  SandwichDecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm);
+  Value forward(Graph& g, Value h, SharedInputs& shared, const std::map<std::string, Value>& past,
+                std::map<std::string, Value>& present) const override;
+  std::vector<CacheEntry> cache_entries(DType act) const override;
+
+  const RMSNorm* input_layernorm;
+  const Attention* self_attn;
+  const RMSNorm* post_attention_layernorm;
+  const RMSNorm* pre_feedforward_layernorm;
+  const GatedMLP* mlp;
+  const RMSNorm* post_feedforward_layernorm;
+};
+
 using LayerFactory =
     std::function<std::unique_ptr<DecoderLayerBase>(const ArchitectureConfig&, int64_t layer)>;
 
