@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -133,7 +134,8 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
 }
 
 int cmd_build(const std::string& model, const std::string& out,
-              const std::vector<std::string>& paths, const mobius::BuildOptions& opts) {
+              const std::vector<std::string>& paths, const mobius::BuildOptions& opts,
+              int threads) {
   auto l = load_plugins(paths);
   if (!opts.quiet) warn_failed(*l);
   auto t0 = std::chrono::steady_clock::now();
@@ -152,6 +154,7 @@ int cmd_build(const std::string& model, const std::string& out,
   ::signal(SIGTERM, on_signal);
   mobius::SaveOptions so;
   so.progress = !opts.quiet && ::isatty(STDERR_FILENO);
+  so.threads = threads;
   so.cancelled = [] { return g_interrupted.load(); };
   pkg.save(out, so);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -201,7 +204,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
-  build->add_flag("--quiet,-q", opts.quiet, "Print errors only");
+  // Tensors stream in bounded chunks, so more threads cost little memory.
+  int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  build->add_option("--threads,-j", threads,
+                    "Tensors written at once (the output bytes are identical for any value)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  build->add_flag("--quiet,-q", opts.quiet, "Print errors only (no progress bar)");
   add_plugin_path(build);
 
   CLI::App* list = app.add_subcommand("list", "List the model types the plugins register");
@@ -219,7 +228,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*build) return cmd_build(model, out, plugin_paths, opts);
+    if (*build) return cmd_build(model, out, plugin_paths, opts, threads);
     if (*list) return cmd_list(plugin_paths, json);
     if (*plugins) return cmd_plugins(plugin_paths, json);
   } catch (const std::exception& e) {

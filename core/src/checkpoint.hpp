@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,17 @@ class CheckpointReader {
   virtual const TensorMeta* find(std::string_view name) const = 0;
   // Copies the tensor's row-major bytes into dst (capacity meta.nbytes). Throws mobius::Error.
   virtual void read(const TensorMeta& meta, void* dst) const = 0;
+  // Where a tensor's row-major bytes lie contiguously in an open file (valid for the reader's
+  // lifetime), so a writer can stream it in chunks or copy it in the kernel; nullopt when the
+  // format stores it otherwise (then use read()).
+  struct FileExtent {
+    int fd;
+    uint64_t offset;
+  };
+  virtual std::optional<FileExtent> extent(const TensorMeta& meta) const {
+    (void)meta;
+    return std::nullopt;
+  }
   // Human-readable description, e.g. "safetensors (2 shards)".
   virtual std::string describe() const = 0;
 };

@@ -805,6 +805,13 @@ class SafetensorsReader final : public CheckpointReader {
     if (r != 0) fail(display, "read error on " + who + ": " + errno_text(r));
   }
 
+  std::optional<FileExtent> extent(const TensorMeta& meta) const override {
+    const TensorMeta* mine = find(meta.name);
+    if (!mine || mine->nbytes != meta.nbytes) return std::nullopt;
+    const Location& loc = locations_[static_cast<size_t>(mine - tensors_.data())];
+    return FileExtent{fds_[loc.shard].get(), loc.offset};
+  }
+
   std::string describe() const override { return description_; }
 
  private:

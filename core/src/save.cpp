@@ -5,7 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -67,6 +72,7 @@ class Fd {
   void sync() {
     if (::fsync(fd_) != 0) throw Error(sys_error("fsync failed", path_));
   }
+  int get() const { return fd_; }
   void truncate(uint64_t size) {
     if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
       throw Error(sys_error("ftruncate failed", path_));
@@ -155,6 +161,94 @@ void copy_runtime_files(const fs::path& src, const fs::path& dst) {
   }
 }
 
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char s[32];
+  std::snprintf(s, sizeof(s), u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return s;
+}
+
+// One line, redrawn in place: bar, bytes, throughput, ETA.
+void draw_progress(uint64_t done, uint64_t total, double secs, bool final) {
+  const int width = 30;
+  double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  int fill = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(fill), '#');
+  bar.resize(width, '.');
+  double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+  std::string eta = "--";
+  if (final) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.1fs", secs);
+    eta = b;
+  } else if (rate > 0) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "ETA %.0fs", static_cast<double>(total - done) / rate);
+    eta = b;
+  }
+  std::fprintf(stderr, "\rweights [%s] %s / %s  %s/s  %s   ", bar.c_str(),
+               human_bytes(static_cast<double>(done)).c_str(),
+               human_bytes(static_cast<double>(total)).c_str(), human_bytes(rate).c_str(), eta.c_str());
+  if (final) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+// Streams every initializer into `fd` with up to opts.threads tensors in flight. The first
+// error (or a cancellation) stops the others and is rethrown here.
+void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int fd,
+                   const std::vector<uint64_t>& offsets, uint64_t total, const SaveOptions& opts) {
+  const auto& inits = ctx.plan.initializers();
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> progress{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto stop = [&] { return failed.load() || (opts.cancelled && opts.cancelled()); };
+  std::atomic<size_t> finished{0};
+  auto worker = [&] {
+    struct Done {
+      std::atomic<size_t>& f;
+      ~Done() { ++f; }
+    } done{finished};
+    try {
+      for (size_t i = next++; i < inits.size() && !failed; i = next++)
+        ctx.plan.write(inits[i], ckpt, fd, offsets[i], stop, &progress);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
+  };
+  size_t n = static_cast<size_t>(std::clamp(opts.threads, 1, 64));
+  n = std::min(n, std::max<size_t>(1, inits.size()));
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (size_t i = 0; i < n; ++i) pool.emplace_back(worker);
+  if (opts.progress) {
+    // The main thread draws; workers only count bytes.
+    while (finished < n) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      draw_progress(progress, total, secs, false);
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (error) {
+    if (opts.progress) std::fputc('\n', stderr);
+    std::rethrow_exception(error);
+  }
+  if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
+  if (opts.progress) {
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    draw_progress(progress, total, secs, true);
+  }
+}
+
 }  // namespace
 
 void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
@@ -185,24 +279,17 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   std::unordered_map<std::string, onnx::TensorProto*> by_name;
   for (auto& t : *model.mutable_graph()->mutable_initializer()) by_name[t.name()] = &t;
 
-  // Weights: one initializer at a time, in graph order, appended to one data file.
+  // Weights: every initializer's place in the data file is fixed first (graph order, aligned),
+  // so the bytes are the same whatever the thread count; then each tensor streams into place.
   {
-    Fd data(tmp.path() / kDataFile, O_WRONLY | O_CREAT | O_TRUNC);
-    uint64_t offset = 0;
-    std::vector<uint8_t> buf;
-    static const uint8_t zeros[kAlign] = {0};
-    for (const auto& init : ctx.plan.initializers()) {
-      if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
-      uint64_t pad = (kAlign - offset % kAlign) % kAlign;
-      uint64_t n = init.nbytes();
-      if (!ctx.options.no_weights) {
-        data.write_all(zeros, pad);
-        buf.resize(n);
-        ctx.plan.materialize(init, pkg.checkpoint.get(), buf.data());
-        data.write_all(buf.data(), n);
-      }
-      offset += pad;
-      onnx::TensorProto* t = by_name.at(init.name);
+    const auto& inits = ctx.plan.initializers();
+    std::vector<uint64_t> offsets(inits.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < inits.size(); ++i) {
+      total += (kAlign - total % kAlign) % kAlign;
+      offsets[i] = total;
+      total += inits[i].nbytes();
+      onnx::TensorProto* t = by_name.at(inits[i].name);
       t->set_data_location(onnx::TensorProto::EXTERNAL);
       t->clear_external_data();
       auto add = [t](const std::string& k, const std::string& v) {
@@ -211,12 +298,13 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
         e->set_value(v);
       };
       add("location", kDataFile);
-      add("offset", std::to_string(offset));
-      add("length", std::to_string(n));
-      offset += n;
+      add("offset", std::to_string(offsets[i]));
+      add("length", std::to_string(inits[i].nbytes()));
     }
-    // Graph-only builds get a sparse data file of the right size (zeros, no disk blocks).
-    if (ctx.options.no_weights) data.truncate(offset);
+    Fd data(tmp.path() / kDataFile, O_RDWR | O_CREAT | O_TRUNC);
+    // The gaps are zeros; a graph-only build is all gaps (a sparse file, no disk blocks).
+    data.truncate(total);
+    if (!ctx.options.no_weights) write_weights(ctx, pkg.checkpoint.get(), data.get(), offsets, total, opts);
     data.sync();
   }
   {

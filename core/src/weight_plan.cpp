@@ -1,7 +1,12 @@
 // weight_plan.cpp - declaring sources, header-only preflight, and one-at-a-time materialization.
 #include "weight_plan.hpp"
 
+#include <unistd.h>
+
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <set>
@@ -80,6 +85,75 @@ void store(int32_t dt, uint8_t* p, double v) {
 
 }  // namespace
 
+namespace {
+
+// Floating-point casts go through float32 blocks; the half-precision conversions use the F16C
+// instructions when the CPU has them (the f32 -> f16 build is otherwise bound by this loop).
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(in + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = float_to_f16(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = f16_to_float(in[i]);
+}
+
+bool has_f16c() {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+
+void to_f32(int32_t from, const uint8_t* s, float* out, size_t n) {
+  switch (from) {
+    case MOBIUS_DTYPE_FLOAT: std::memcpy(out, s, n * 4); return;
+    case MOBIUS_DTYPE_BFLOAT16:
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t u = static_cast<uint32_t>(s[2 * i] | (s[2 * i + 1] << 8)) << 16;
+        std::memcpy(&out[i], &u, 4);
+      }
+      return;
+    case MOBIUS_DTYPE_FLOAT16: {
+      std::vector<uint16_t> h(n);
+      std::memcpy(h.data(), s, n * 2);
+      if (has_f16c()) f16_to_f32_f16c(h.data(), out, n);
+      else for (size_t i = 0; i < n; ++i) out[i] = f16_to_float(h[i]);
+      return;
+    }
+    default:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(load(from, s + dtype_size(from) * i));
+  }
+}
+
+void from_f32(int32_t to, const float* in, uint8_t* d, size_t n) {
+  switch (to) {
+    case MOBIUS_DTYPE_FLOAT: std::memcpy(d, in, n * 4); return;
+    case MOBIUS_DTYPE_FLOAT16: {
+      std::vector<uint16_t> h(n);
+      if (has_f16c()) f32_to_f16_f16c(in, h.data(), n);
+      else for (size_t i = 0; i < n; ++i) h[i] = float_to_f16(in[i]);
+      std::memcpy(d, h.data(), n * 2);
+      return;
+    }
+    case MOBIUS_DTYPE_BFLOAT16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h = float_to_bf16(in[i]);
+        std::memcpy(d + 2 * i, &h, 2);
+      }
+      return;
+    default:
+      for (size_t i = 0; i < n; ++i) store(to, d + dtype_size(to) * i, in[i]);
+  }
+}
+
+}  // namespace
+
 void convert_elements(int32_t from, const void* src, int32_t to, void* dst, size_t n) {
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -89,26 +163,18 @@ void convert_elements(int32_t from, const void* src, int32_t to, void* dst, size
     std::memcpy(dst, src, n * fs);
     return;
   }
-  // Fast paths for the casts every build makes.
-  if (from == MOBIUS_DTYPE_FLOAT && to == MOBIUS_DTYPE_FLOAT16) {
-    for (size_t i = 0; i < n; ++i) {
-      float f;
-      std::memcpy(&f, s + 4 * i, 4);
-      uint16_t h = float_to_f16(f);
-      std::memcpy(d + 2 * i, &h, 2);
-    }
+  bool floats = is_float(from) && is_float(to) && from != MOBIUS_DTYPE_DOUBLE && to != MOBIUS_DTYPE_DOUBLE;
+  if (!floats) {
+    for (size_t i = 0; i < n; ++i) store(to, d + ts * i, load(from, s + fs * i));
     return;
   }
-  if (from == MOBIUS_DTYPE_BFLOAT16 && to == MOBIUS_DTYPE_FLOAT) {
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, s + 2 * i, 2);
-      float f = bf16_to_float(h);
-      std::memcpy(d + 4 * i, &f, 4);
-    }
-    return;
+  constexpr size_t kBlock = 4096;
+  float block[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    size_t k = std::min(kBlock, n - i);
+    to_f32(from, s + i * fs, block, k);
+    from_f32(to, block, d + i * ts, k);
   }
-  for (size_t i = 0; i < n; ++i) store(to, d + ts * i, load(from, s + fs * i));
 }
 
 bool glob_match(const std::string& pattern, const std::string& text) {
@@ -294,6 +360,161 @@ void StreamingWeightPlan::materialize(const PlannedInitializer& init, const Chec
     convert_elements(MOBIUS_DTYPE_FLOAT, out.data(), init.dtype, dst, out.size());
   } else {
     throw Error("[weights] initializer '" + init.name + "' has no source");
+  }
+}
+
+}  // namespace mobius
+
+namespace mobius {
+namespace {
+
+constexpr uint64_t kChunk = 16u << 20;        // cast/copy granularity: bounds memory per tensor
+constexpr uint64_t kKernelChunk = 64u << 20;  // copy_file_range step between cancellation polls
+
+[[noreturn]] void io_error(const std::string& what) {
+  throw Error("[save] " + what + ": " + std::strerror(errno));
+}
+
+void pwrite_all(int fd, const void* data, uint64_t n, uint64_t off) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(off));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      io_error("writing model.onnx.data failed");
+    }
+    p += w;
+    off += static_cast<uint64_t>(w);
+    n -= static_cast<uint64_t>(w);
+  }
+}
+
+void pread_all(int fd, void* data, uint64_t n, uint64_t off, const std::string& name) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, std::min<uint64_t>(n, 1u << 30), static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      io_error("reading tensor '" + name + "' failed");
+    }
+    if (r == 0) throw Error("[save] unexpected end of file reading tensor '" + name + "'");
+    p += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<uint64_t>(r);
+  }
+}
+
+void poll(const std::function<bool()>& cancelled) {
+  if (cancelled && cancelled()) throw Error("[save] interrupted");
+}
+
+// File to file; in the kernel (copy_file_range) unless the filesystems refuse.
+void copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t n,
+                const std::string& name, const std::function<bool()>& cancelled,
+                std::atomic<uint64_t>* progress) {
+  static std::atomic<bool> kernel_copy{true};
+  thread_local std::vector<uint8_t> buf;
+  while (n > 0) {
+    poll(cancelled);
+    uint64_t step = std::min(n, kernel_copy ? kKernelChunk : kChunk);
+    if (kernel_copy) {
+      loff_t a = static_cast<loff_t>(in_off), b = static_cast<loff_t>(out_off);
+      ssize_t r = ::copy_file_range(in, &a, out, &b, step, 0);
+      if (r > 0) {
+        in_off += static_cast<uint64_t>(r);
+        out_off += static_cast<uint64_t>(r);
+        n -= static_cast<uint64_t>(r);
+        if (progress) *progress += static_cast<uint64_t>(r);
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) throw Error("[save] unexpected end of file reading tensor '" + name + "'");
+      if (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP &&
+          errno != EBADF && errno != EPERM)
+        io_error("copying tensor '" + name + "' failed");
+      kernel_copy = false;  // fall back to read + write from here on
+      continue;
+    }
+    if (buf.size() < step) buf.resize(step);
+    pread_all(in, buf.data(), step, in_off, name);
+    pwrite_all(out, buf.data(), step, out_off);
+    in_off += step;
+    out_off += step;
+    n -= step;
+    if (progress) *progress += step;
+  }
+}
+
+uint64_t elements(const std::vector<int64_t>& s) {
+  uint64_t n = 1;
+  for (int64_t d : s) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// One checkpoint tensor into [out_off, ...) as `to`, in bounded chunks.
+void stream_tensor(const TensorMeta& m, const CheckpointReader& cp, int32_t to, int out,
+                   uint64_t out_off, const std::function<bool()>& cancelled,
+                   std::atomic<uint64_t>* progress) {
+  const uint64_t n = elements(m.shape);
+  const size_t fs = dtype_size(m.dtype), ts = dtype_size(to);
+  auto ext = cp.extent(m);
+  if (!ext) {
+    // Not contiguous in a file (e.g. a strided pickle tensor): the reader gathers it whole.
+    std::vector<uint8_t> src(m.nbytes), dst;
+    cp.read(m, src.data());
+    if (m.dtype != to) {
+      dst.resize(n * ts);
+      convert_elements(m.dtype, src.data(), to, dst.data(), n);
+      src.swap(dst);
+    }
+    pwrite_all(out, src.data(), src.size(), out_off);
+    if (progress) *progress += src.size();
+    return;
+  }
+  if (m.dtype == to) {
+    copy_range(ext->fd, ext->offset, out, out_off, m.nbytes, m.name, cancelled, progress);
+    return;
+  }
+  const uint64_t per = std::max<uint64_t>(1, kChunk / std::max(fs, ts));
+  // Per-thread scratch, reused across tensors: fresh buffers would cost a page fault per 4 KiB
+  // of every chunk of every tensor.
+  thread_local std::vector<uint8_t> src, dst;
+  if (src.size() < std::min(n, per) * fs) src.resize(std::min(n, per) * fs);
+  if (dst.size() < std::min(n, per) * ts) dst.resize(std::min(n, per) * ts);
+  for (uint64_t e = 0; e < n; e += per) {
+    poll(cancelled);
+    uint64_t k = std::min(per, n - e);
+    pread_all(ext->fd, src.data(), k * fs, ext->offset + e * fs, m.name);
+    convert_elements(m.dtype, src.data(), to, dst.data(), k);
+    pwrite_all(out, dst.data(), k * ts, out_off + e * ts);
+    if (progress) *progress += k * ts;
+  }
+}
+
+}  // namespace
+
+void StreamingWeightPlan::write(const PlannedInitializer& init, const CheckpointReader* cp,
+                                int out_fd, uint64_t offset,
+                                const std::function<bool()>& cancelled,
+                                std::atomic<uint64_t>* progress) const {
+  auto meta = [&](const std::string& t) -> const TensorMeta& {
+    if (!cp) throw Error("[weights] '" + init.name + "' reads '" + t + "' but there is no checkpoint");
+    const TensorMeta* m = cp->find(t);
+    if (!m) throw Error("[weights] checkpoint has no tensor '" + t + "'");
+    return *m;
+  };
+  if (auto* s = std::get_if<StreamingWeightSource>(&init.source)) {
+    stream_tensor(meta(s->tensor), *cp, init.dtype, out_fd, offset, cancelled, progress);
+  } else if (auto* b = std::get_if<StreamingExpertBankSource>(&init.source)) {
+    uint64_t each = init.nbytes() / std::max<size_t>(1, b->tensors.size());
+    for (size_t e = 0; e < b->tensors.size(); ++e)
+      stream_tensor(meta(b->tensors[e]), *cp, init.dtype, out_fd, offset + e * each, cancelled, progress);
+  } else {
+    poll(cancelled);
+    std::vector<uint8_t> buf(init.nbytes());
+    materialize(init, cp, buf.data());
+    pwrite_all(out_fd, buf.data(), buf.size(), offset);
+    if (progress) *progress += buf.size();
   }
 }
 

@@ -1,7 +1,9 @@
 // weight_plan.hpp - StreamingWeightPlan: every initializer's one source, checked before any data moves.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -61,6 +63,14 @@ class StreamingWeightPlan {
   // source exists with a compatible shape and dtype, every checkpoint tensor is used or
   // ignored. Throws one mobius::Error listing every problem found.
   void preflight(const CheckpointReader& ckpt, const std::string& arch) const;
+
+  // Writes the initializer's bytes (its dtype) into `out_fd` at `offset`, streaming: a tensor
+  // stored in the same dtype is copied file to file (in the kernel where it can be), a cast
+  // runs chunk by chunk, so memory stays bounded whatever the tensor's size. Polls `cancelled`
+  // between chunks (throws "[save] interrupted") and adds written bytes to `progress`.
+  void write(const PlannedInitializer& init, const CheckpointReader* ckpt, int out_fd,
+             uint64_t offset, const std::function<bool()>& cancelled,
+             std::atomic<uint64_t>* progress) const;
 
   // Fills `dst` (init.nbytes() bytes, the initializer's dtype) from its source. `ckpt` may be
   // null when no source reads the checkpoint (generated weights).

@@ -166,7 +166,8 @@ Value apply_rope(Value x, Value cos, Value sin, bool interleaved) {
   const Dim& rd = cos.dim(-1);
   const Dim& xd = x.dim(-1);
   if (!rd.is_static() || !xd.is_static()) throw Error("[rope] head and rotary dims must be static");
-  int64_t rot = rd.size, d = xd.size;
+  // An interleaved table holds one angle per rotated pair, so it is half the rotary width.
+  int64_t rot = interleaved ? 2 * rd.size : rd.size, d = xd.size;
   Value xr = rot < d ? Slice(x, {0}, {rot}, {-1}) : x;
   Value out;
   if (!interleaved) {

@@ -21,8 +21,9 @@ struct BuildOptions {
 };
 
 struct SaveOptions {
-  bool progress = false;                    // a progress bar on stderr
-  std::function<bool()> cancelled;          // polled between tensors; true aborts the save
+  bool progress = false;            // a progress bar on stderr (bytes, throughput, ETA)
+  int threads = 1;                  // tensors written at once; the output bytes do not depend on it
+  std::function<bool()> cancelled;  // polled between chunks; true aborts the save
 };
 
 // A built model: its graph and weight plan, bound to its checkpoint. Weights are read only

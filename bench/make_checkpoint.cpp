@@ -1,0 +1,162 @@
+// make_checkpoint.cpp - writes a synthetic Llama-shaped checkpoint of about a given size for the
+// benchmark: sharded safetensors + index, every tensor's bytes distinct (seeded per tensor), so no
+// writer can look fast by de-duplicating.
+//
+// usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16]
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel() const {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+};
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Values in [-0.05, 0.05): finite, so casts never meet NaN or Inf.
+void fill(std::vector<uint8_t>& buf, uint64_t n, bool bf16, uint64_t seed) {
+  buf.resize(n * (bf16 ? 2 : 4));
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (uint64_t i = 0; i < n; i += 2) {
+    uint64_t r = splitmix(s);
+    for (int k = 0; k < 2 && i + k < n; ++k) {
+      float f = (static_cast<float>(static_cast<uint32_t>(r >> (32 * k)) >> 8) / 16777216.0f - 0.5f) * 0.1f;
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      if (bf16) {
+        uint16_t h = static_cast<uint16_t>(u >> 16);
+        std::memcpy(&buf[(i + k) * 2], &h, 2);
+      } else {
+        std::memcpy(&buf[(i + k) * 4], &u, 4);
+      }
+    }
+  }
+}
+
+std::string shape_json(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16]\n";
+    return 2;
+  }
+  fs::path out = argv[1];
+  double size_mib = std::atof(argv[2]);
+  std::string dtype = argc > 3 ? argv[3] : "f32";
+  if (size_mib <= 0 || (dtype != "f32" && dtype != "bf16")) {
+    std::cerr << "make_checkpoint: SIZE_MIB must be positive and dtype f32 or bf16\n";
+    return 2;
+  }
+  const bool bf16 = dtype == "bf16";
+  const uint64_t es = bf16 ? 2 : 4;
+  const int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 128, vocab = 32000;
+  const uint64_t fixed = (2 * vocab * hidden + hidden) * es;
+  const uint64_t per_layer = (2 * hidden * hidden + 2 * hidden * kv * hd + 3 * hidden * inter + 2 * hidden) * es;
+  const auto target = static_cast<uint64_t>(size_mib * 1024 * 1024);
+  int64_t layers = target > fixed ? static_cast<int64_t>((target - fixed + per_layer / 2) / per_layer) : 1;
+  layers = std::max<int64_t>(layers, 1);
+
+  std::vector<Tensor> ts{{"model.embed_tokens.weight", {vocab, hidden}}};
+  for (int64_t i = 0; i < layers; ++i) {
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    ts.push_back({p + "input_layernorm.weight", {hidden}});
+    ts.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
+    ts.push_back({p + "self_attn.k_proj.weight", {kv * hd, hidden}});
+    ts.push_back({p + "self_attn.v_proj.weight", {kv * hd, hidden}});
+    ts.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
+    ts.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    ts.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    ts.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    ts.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  ts.push_back({"model.norm.weight", {hidden}});
+  ts.push_back({"lm_head.weight", {vocab, hidden}});
+
+  fs::create_directories(out);
+  // Shards of at most 2 GiB, as hub checkpoints are split.
+  const uint64_t shard_cap = 2ull << 30;
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t in_shard = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    uint64_t b = ts[i].numel() * es;
+    if (in_shard > 0 && in_shard + b > shard_cap) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += b;
+  }
+  std::string weight_map;
+  std::vector<uint8_t> buf;
+  uint64_t total = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    std::string header = "{";
+    uint64_t off = 0;
+    for (size_t k = 0; k < shards[s].size(); ++k) {
+      const Tensor& t = ts[shards[s][k]];
+      uint64_t b = t.numel() * es;
+      header += (k ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") +
+                "\",\"shape\":" + shape_json(t.shape) + ",\"data_offsets\":[" + std::to_string(off) + "," +
+                std::to_string(off + b) + "]}";
+      off += b;
+      weight_map += std::string(weight_map.empty() ? "" : ",") + "\"" + t.name + "\":\"" + name + "\"";
+    }
+    header += "}";
+    while ((header.size() + 8) % 8) header += ' ';
+    std::ofstream f(out / name, std::ios::binary);
+    uint64_t hl = header.size();
+    f.write(reinterpret_cast<const char*>(&hl), 8);
+    f << header;
+    for (size_t idx : shards[s]) {
+      fill(buf, ts[idx].numel(), bf16, idx + 1);
+      f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    }
+    if (!f) {
+      std::cerr << "make_checkpoint: cannot write " << (out / name) << "\n";
+      return 1;
+    }
+    total += off;
+  }
+  std::ofstream(out / "model.safetensors.index.json")
+      << "{\"metadata\":{\"total_size\":" << total << "},\"weight_map\":{" << weight_map << "}}\n";
+  std::ofstream(out / "config.json")
+      << "{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":" << vocab
+      << ",\"hidden_size\":" << hidden << ",\"intermediate_size\":" << inter
+      << ",\"num_hidden_layers\":" << layers << ",\"num_attention_heads\":" << heads
+      << ",\"num_key_value_heads\":" << kv << ",\"head_dim\":" << hd
+      << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"max_position_embeddings\":4096"
+      << ",\"tie_word_embeddings\":false,\"torch_dtype\":\"" << (bf16 ? "bfloat16" : "float32") << "\"}\n";
+  std::cout << out.string() << ": " << layers << " layers, " << ts.size() << " tensors, "
+            << total / (1024 * 1024) << " MiB in " << shards.size() << " shard(s), largest tensor "
+            << (vocab * hidden * es) / (1024 * 1024) << " MiB\n";
+  return 0;
+}

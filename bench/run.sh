@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# run.sh - the streaming benchmark: `mobius build` against `cp` of the same checkpoint files, in
+# the same run, on synthetic Llama-shaped checkpoints (every tensor's bytes distinct).
+#
+# usage: bench/run.sh [SIZE_MIB ...]        default: 1024 4096
+#   BENCH_DIR  work folder (default build/bench-work; needs ~3.5x the largest size free)
+#   REPS       repetitions per measurement, the best is kept (default 2)
+# Prints a markdown table. cp does not fsync; mobius fsyncs its output before the rename, so the
+# table shows cp alone and cp followed by an fsync of the copies (`sync -f`), the fair reference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/mobius ] && [ -x build/bench/make_checkpoint ] || { echo "run scripts/setup.sh first" >&2; exit 2; }
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(1024 4096)
+work=${BENCH_DIR:-build/bench-work}
+reps=${REPS:-2}
+mkdir -p "$work"
+
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b < a) ? b : a }'; }
+
+echo "| checkpoint | source | target | cp s | cp+fsync s | mobius s | mobius / cp | mobius / (cp+fsync) | peak RSS MiB | largest tensor MiB | RSS / largest |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for size in "${sizes[@]}"; do
+  for src in f32 bf16; do
+    ckpt="$work/ckpt-$size-$src"
+    if [ ! -f "$ckpt/config.json" ]; then
+      rm -rf "$ckpt"
+      build/bench/make_checkpoint "$ckpt" "$size" "$src" >&2
+    fi
+    files=("$ckpt"/*.safetensors)
+    [ "$src" = bf16 ] && largest=$((32000 * 2048 * 2)) || largest=$((32000 * 2048 * 4))
+    cat "${files[@]}" > /dev/null  # both sides read from the page cache
+    cp_best=""; cps_best=""
+    for _ in $(seq "$reps"); do
+      rm -rf "$work/cp-out"; mkdir -p "$work/cp-out"; sync
+      t0=$(now); cp "${files[@]}" "$work/cp-out/"; t1=$(now); sync -f "$work"/cp-out/*; t2=$(now)
+      cp_best=$(best "$cp_best" "$(secs "$t0" "$t1")"); cps_best=$(best "$cps_best" "$(secs "$t0" "$t2")")
+    done
+    rm -rf "$work/cp-out"
+    for target in same f16; do
+      dt=$([ "$target" = same ] && echo "$src" || echo f16)
+      m_best=""; rss=0
+      for _ in $(seq "$reps"); do
+        rm -rf "$work/out"; sync
+        /usr/bin/time -f "%e %M" -o "$work/time.txt" build/mobius build -q --dtype "$dt" --model "$ckpt" "$work/out"
+        read -r el kb < "$work/time.txt"
+        m_best=$(best "$m_best" "$el")
+        rss=$(( kb > rss ? kb : rss ))
+      done
+      rm -rf "$work/out"
+      awk -v s="$size" -v src="$src" -v dt="$dt" -v cp="$cp_best" -v cps="$cps_best" -v m="$m_best" \
+          -v rss="$rss" -v lg="$largest" 'BEGIN {
+        printf "| %d MiB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %.2f |\n",
+          s, src, dt, cp, cps, m, m / cp, m / cps, rss / 1024, lg / 1048576, (rss * 1024) / lg }'
+    done
+  done
+done
