@@ -122,10 +122,7 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
   }
   x["num_nextn_predict_layers"] = r.get_int("num_nextn_predict_layers", 0);
 
-  static const char* known_acts[] = {"silu", "swish", "relu", "gelu", "gelu_pytorch_tanh",
-                                     "gelu_new", "gelu_fast"};
-  if (std::find(std::begin(known_acts), std::end(known_acts), c.hidden_act) == std::end(known_acts))
-    r.fail("hidden_act", "has unknown activation '" + c.hidden_act + "'");
+  mobius::nn::check_activation(r, "hidden_act", c.hidden_act);
   c.validate();
   // The components check their own keys now, so a bad config fails before the build.
   mobius::nn::MLAConfig::from(c);
@@ -178,8 +175,6 @@ void build(mobius::BuildContext& ctx, const json& j) {
   CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
     return std::make_unique<DeepSeekMLADecoderLayer>(c, i);
   });
-  ctx.ignore_tensors("*.rotary_emb.inv_freq");
-  if (cfg.tie_word_embeddings) ctx.ignore_tensors("lm_head.weight");
   // Multi-token-prediction layers (DeepSeek-V3's layer 61) follow the decoder's layers in the
   // checkpoint; transformers does not load them and neither does the exported graph.
   int64_t mtp = cfg.extra.value("num_nextn_predict_layers", int64_t{0});
@@ -189,10 +184,10 @@ void build(mobius::BuildContext& ctx, const json& j) {
 }
 
 void register_all(mobius::PluginRegistrar& r) {
-  for (const auto& [type, d] : defaults()) {
-    std::string t = type;
-    r.add(type, "text-generation", [t](const json& raw) { return json(parse(t, raw)); }, build);
-  }
+  std::vector<std::string> types;
+  for (const auto& [type, d] : defaults()) types.push_back(type);
+  r.add_each(types, "text-generation", [](const std::string& t, const json& raw) { return json(parse(t, raw)); },
+             build);
 }
 
 }  // namespace

@@ -99,10 +99,7 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
     if (t != "full_attention" && t != "sliding_attention")
       r.fail("layer_types", "has unknown layer type '" + t + "'");
   if (c.sliding_window < 0) r.fail("sliding_window", "must not be negative");
-  // Fails now, naming the key, rather than while building.
-  static const char* known_acts[] = {"silu", "swish", "relu", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_fast"};
-  if (std::find(std::begin(known_acts), std::end(known_acts), c.hidden_act) == std::end(known_acts))
-    r.fail("hidden_act", "has unknown activation '" + c.hidden_act + "'");
+  mobius::nn::check_activation(r, "hidden_act", c.hidden_act);
   c.validate();
   return c;
 }
@@ -119,17 +116,14 @@ void build(mobius::BuildContext& ctx, const json& j) {
     layer = [](const ArchitectureConfig& c, int64_t i) { return std::make_unique<DecoderLayer>(c, i); };
   }
   CausalLMModel model(cfg, layer);
-  // Rotary tables some checkpoints still carry are recomputed in the graph.
-  ctx.ignore_tensors("*.rotary_emb.inv_freq");
-  if (cfg.tie_word_embeddings) ctx.ignore_tensors("lm_head.weight");
   build_text_generation(ctx, model);
 }
 
 void register_all(mobius::PluginRegistrar& r) {
-  for (const auto& [type, d] : defaults()) {
-    std::string t = type;
-    r.add(type, "text-generation", [t](const json& raw) { return json(parse(t, raw)); }, build);
-  }
+  std::vector<std::string> types;
+  for (const auto& [type, d] : defaults()) types.push_back(type);
+  r.add_each(types, "text-generation", [](const std::string& t, const json& raw) { return json(parse(t, raw)); },
+             build);
 }
 
 }  // namespace

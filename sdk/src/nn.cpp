@@ -187,6 +187,19 @@ Value apply_rope(Value x, Value cos, Value sin, bool interleaved) {
   return out;
 }
 
+namespace {
+const char* const kActivations[] = {"silu", "swish", "relu", "gelu", "gelu_pytorch_tanh",
+                                    "gelu_new", "gelu_fast", "gelu_tanh"};
+}  // namespace
+
+void check_activation(const ConfigReader& r, const std::string& key, const std::string& name) {
+  for (const char* a : kActivations)
+    if (name == a) return;
+  std::string known;
+  for (const char* a : kActivations) known += std::string(known.empty() ? "" : ", ") + a;
+  r.fail(key, "has unknown activation '" + name + "' (known: " + known + ")");
+}
+
 Value activation(const std::string& name, Value x) {
   if (name == "silu" || name == "swish") return Mul(x, Sigmoid(x));
   if (name == "relu") return Relu(x);
@@ -467,6 +480,12 @@ CausalLMModel::CausalLMModel(const ArchitectureConfig& c, std::unique_ptr<TextMo
   lm_head = &head;
 }
 
+std::vector<std::string> CausalLMModel::ignored_tensors() const {
+  std::vector<std::string> out{"*.rotary_emb.inv_freq"};
+  if (cfg.tie_word_embeddings) out.push_back(lm_head->full_name("weight"));
+  return out;
+}
+
 std::vector<std::vector<CacheEntry>> CausalLMModel::cache_layout(DType act) const {
   std::vector<std::vector<CacheEntry>> out;
   for (const auto* l : model->layers) out.push_back(l->cache_entries(act));
@@ -490,6 +509,7 @@ TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
 }
 
 void build_text_generation(BuildContext& ctx, const CausalLM& model) {
+  for (const auto& glob : model.ignored_tensors()) ctx.ignore_tensors(glob);
   Graph& g = ctx.graph();
   DType act = activation_dtype(ctx);
   TextGenInputs in;

@@ -74,6 +74,12 @@ void PluginRegistrar::add(const std::string& model_type, const std::string& task
     throw Error("[plugin] the host refused model type '" + model_type + "'");
 }
 
+void PluginRegistrar::add_each(const std::vector<std::string>& model_types, const std::string& task,
+                               const TypedParser& parse, const GraphBuilder& build) {
+  for (const auto& t : model_types)
+    add(t, task, [t, parse](const nlohmann::json& raw) { return parse(t, raw); }, build);
+}
+
 namespace detail {
 mobius_status run_register(const mobius_host_api* host, mobius_registrar* reg, RegisterFn fn) {
   if (!host || host->abi_version != MOBIUS_ABI_VERSION) return MOBIUS_ERROR;

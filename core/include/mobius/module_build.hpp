@@ -24,8 +24,6 @@ inline ModelPackage build_from_module(const nn::CausalLM& module, const Architec
       config.model_type,
       [&](mobius_context* ctx) {
         BuildContext bc(host_api(), ctx);
-        bc.ignore_tensors("*.rotary_emb.inv_freq");
-        if (config.tie_word_embeddings) bc.ignore_tensors("lm_head.weight");
         nn::build_text_generation(bc, module);
       },
       opts, checkpoint_dir, cfg.dump());

@@ -102,6 +102,8 @@ NormFactory offset_rms_norm_factory();
 Value apply_rope(Value x, Value cos, Value sin, bool interleaved = false);
 // Activation functions by their Hugging Face names (silu, gelu, gelu_pytorch_tanh, relu, ...).
 Value activation(const std::string& name, Value x);
+// Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
+void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
 
 // Multi-head / grouped-query attention with a dynamic KV cache (transformers' eager semantics).
 class Attention : public Module {
@@ -233,6 +235,8 @@ class CausalLM : public Module {
  public:
   virtual std::vector<std::vector<CacheEntry>> cache_layout(DType act) const = 0;
   virtual TextGenOutputs forward(Graph& g, const TextGenInputs& in) const = 0;
+  // Checkpoint tensors (globs) the model knowingly does not read; the task declares them.
+  virtual std::vector<std::string> ignored_tensors() const { return {}; }
 };
 
 // TextModel + lm_head (tied to the embeddings when the config says so), logits scaled and
@@ -245,6 +249,8 @@ class CausalLMModel : public CausalLM {
   CausalLMModel(const ArchitectureConfig& cfg, std::unique_ptr<TextModel> model);
   std::vector<std::vector<CacheEntry>> cache_layout(DType act) const override;
   TextGenOutputs forward(Graph& g, const TextGenInputs& in) const override;
+  // Rotary tables some checkpoints carry (recomputed in the graph) and, when tied, lm_head.
+  std::vector<std::string> ignored_tensors() const override;
 
   ArchitectureConfig cfg;
   const TextModel* model;
@@ -252,7 +258,7 @@ class CausalLMModel : public CausalLM {
 };
 
 // The text-generation task: declares the graph I/O of DESIGN.md ("Graph I/O"), runs the model,
-// and names the outputs. The KV cache inputs are past_key_values.<i>.<name>, outputs
+// names the outputs, and declares the model's ignored checkpoint tensors. The KV cache inputs are past_key_values.<i>.<name>, outputs
 // present.<i>.<name>; logits are float32.
 void build_text_generation(BuildContext& ctx, const CausalLM& model);
 

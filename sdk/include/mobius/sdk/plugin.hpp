@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,10 @@ class PluginRegistrar {
   // Registers one model type. Throws mobius::Error when the host refuses it.
   void add(const std::string& model_type, const std::string& task, ConfigParser parse,
            GraphBuilder build);
+  // Registers several model types of one family: `parse` also receives the model type.
+  using TypedParser = std::function<nlohmann::json(const std::string& model_type, const nlohmann::json& config_json)>;
+  void add_each(const std::vector<std::string>& model_types, const std::string& task,
+                const TypedParser& parse, const GraphBuilder& build);
   const mobius_host_api* host() const { return host_; }
 
  private:
