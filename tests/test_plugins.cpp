@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "mobius/error.hpp"
 #include "mobius/plugins.hpp"
@@ -204,4 +205,57 @@ TEST_CASE("plugins: the CLI lists good and broken plugins, exit code 0") {
   bool has_toy = false;
   for (const auto& a : j) has_toy |= a["model_type"] == "toy" && a["plugin"] == "toy";
   CHECK(has_toy);
+}
+
+TEST_CASE("plugins: a plugin that crashes or hangs while registering is skipped, the host lives") {
+  TempDir t;
+  ::setenv("MOBIUS_PLUGIN_CACHE", (t / "scan.json").c_str(), 1);
+  ::setenv("MOBIUS_PLUGIN_SCAN_TIMEOUT", "2", 1);
+  fs::path crash_dir = env_or_empty("MOBIUS_TEST_CRASH_DIR");
+  REQUIRE_FALSE(crash_dir.empty());
+  auto load = [&] {
+    PluginHost host;
+    ModelRegistry reg;
+    auto recs = host.load({{crash_dir, kPriorityCommandLine, "--plugin-path"},
+                           {plugin_dir(), kPriorityCommandLine, "--plugin-path"}},
+                          reg);
+    CHECK(reg.contains("toy"));  // every other plugin still works
+    return recs;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto recs = load();
+  const PluginRecord* crash = find(recs, "libtest_crash.so");
+  const PluginRecord* hang = find(recs, "libtest_hang.so");
+  REQUIRE(crash);
+  REQUIRE(hang);
+  CHECK_FALSE(crash->loaded);
+  CHECK(crash->error.find("crashed while loading or registering (signal 11") != std::string::npos);
+  CHECK_FALSE(hang->loaded);
+  CHECK(hang->error.find("hung while loading or registering") != std::string::npos);
+  CHECK(find(recs, "libtest_good.so")->loaded);
+
+  // Remembered: the second discovery does not run them again (no 2 s wait for the hang).
+  auto t1 = std::chrono::steady_clock::now();
+  recs = load();
+  auto t2 = std::chrono::steady_clock::now();
+  CHECK(find(recs, "libtest_hang.so")->error.find("remembered from an earlier scan") != std::string::npos);
+  CHECK(find(recs, "libtest_crash.so")->error.find("remembered") != std::string::npos);
+  CHECK(std::chrono::duration<double>(t2 - t1).count() < std::chrono::duration<double>(t1 - t0).count());
+
+  // A changed file is probed again.
+  fs::path copy = t / "plugins";
+  fs::create_directories(copy);
+  fs::copy_file(crash_dir / "libtest_crash.so", copy / "libtest_crash.so");
+  fs::copy_file(crash_dir / "crash.plugin.yaml", copy / "crash.plugin.yaml");
+  PluginHost host;
+  ModelRegistry reg;
+  auto r = host.load_one(copy / "crash.plugin.yaml", kPriorityCommandLine, "test", reg);
+  CHECK(r.error.find("crashed while loading") != std::string::npos);
+  CHECK(r.error.find("remembered") == std::string::npos);
+
+  // The CLI lives through them too.
+  RunResult cli = run(quote(env_or_empty("MOBIUS_CLI")) + " plugins --plugin-path " + quote(crash_dir.string()));
+  CHECK(cli.status == 0);
+  CHECK(cli.output.find("libtest_crash.so") != std::string::npos);
+  ::unsetenv("MOBIUS_PLUGIN_SCAN_TIMEOUT");
 }

@@ -2,6 +2,16 @@
 #include "mobius/plugins.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
 
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
@@ -10,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "context.hpp"
@@ -139,7 +150,225 @@ std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& 
   return dirs;
 }
 
+// Runs the plugin's code: load, info and ABI check, register into `registry`. Throws with the
+// reason. Used in-process, and in a child process to probe a plugin not yet known to be safe.
+void run_plugin(PluginRecord& rec, int priority, ModelRegistry& registry,
+                boost::dll::shared_library& lib) {
+  try {
+    lib.load(boost::dll::fs::path(rec.library.string()),
+             boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    // Boost folds the loader's reason into a longer message; ask the loader again for it.
+    std::string reason = e.what();
+    if (void* h = ::dlopen(rec.library.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      ::dlclose(h);
+    } else if (const char* dl = ::dlerror()) {
+      reason = dl;
+    }
+    throw Error("cannot load as a shared object: " + reason);
+  }
+  if (!lib.has(MOBIUS_PLUGIN_GET_INFO_SYMBOL))
+    throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_GET_INFO_SYMBOL +
+                "' (not a mobius plugin?)");
+  auto get_info = lib.get<const mobius_plugin_info*()>(MOBIUS_PLUGIN_GET_INFO_SYMBOL);
+  const mobius_plugin_info* info = get_info();
+  if (!info || info->struct_size < sizeof(uint32_t) * 2)
+    throw Error("mobius_plugin_get_info returned no valid info");
+  if (info->abi_version != MOBIUS_ABI_VERSION)
+    throw Error("plugin was built for ABI version " + std::to_string(info->abi_version) +
+                ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
+  if (info->struct_size < sizeof(mobius_plugin_info))
+    throw Error("mobius_plugin_get_info returned a truncated info struct");
+  std::string iname = info->name ? info->name : "";
+  if (iname != rec.name)
+    throw Error("manifest names the plugin '" + rec.name + "' but the library says '" + iname +
+                "'");
+  if (!lib.has(MOBIUS_PLUGIN_REGISTER_SYMBOL))
+    throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_REGISTER_SYMBOL + "'");
+  auto reg_fn = lib.get<mobius_status(const mobius_host_api*, mobius_registrar*)>(
+      MOBIUS_PLUGIN_REGISTER_SYMBOL);
+
+  mobius_registrar reg;
+  reg.plugin_name = rec.name;
+  reg.plugin_path = rec.library.string();
+  reg.version = rec.version;
+  reg.vendor = rec.vendor;
+  reg.priority = priority;
+  try {
+    run_plugin_register(reg_fn, reg);
+  } catch (const std::exception& e) {
+    throw Error(std::string("register failed: ") + e.what());
+  }
+  for (const auto& r : reg.registrations) rec.registered.push_back(r.model_type);
+  std::vector<std::string> a = rec.registered, b = rec.model_types;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b)
+    throw Error("manifest lists model types [" + join(b) + "] but the plugin registered [" +
+                join(a) + "]");
+  registry.register_all(std::move(reg.registrations));
+}
+
+// Probes plugins in a child process and remembers the ones that crashed or hung until their
+// file changes (and the ones that loaded cleanly, so they are not probed again).
+class PluginScanner {
+ public:
+  PluginScanner() : path_(cache_path()) { load(); }
+
+  // "" when the plugin may be loaded in-process; else why it must be skipped.
+  std::string check(const PluginRecord& rec) {
+    std::error_code ec;
+    fs::path lib = fs::canonical(rec.library, ec);
+    if (ec) return "";  // the in-process loader reports a missing file itself
+    std::string id = identity(lib);
+    std::string key = lib.string();
+    if (auto it = cache_.find(key); it != cache_.end() && it->value("id", "") == id) {
+      if (it->value("status", "") == "ok") return "";
+      return it->value("error", "failed in an earlier scan") +
+             " (remembered from an earlier scan; probed again when the file changes)";
+    }
+    std::string err = probe(rec);
+    if (err.empty()) {
+      cache_[key] = {{"id", id}, {"status", "ok"}};
+      save();
+    } else if (err.rfind("crashed", 0) == 0 || err.rfind("hung", 0) == 0) {
+      cache_[key] = {{"id", id}, {"status", "failed"}, {"error", err}};
+      save();
+    }
+    return err;
+  }
+
+ private:
+  static fs::path cache_path() {
+    if (const char* p = std::getenv("MOBIUS_PLUGIN_CACHE")) return p;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "mobius" / "plugin-scan.json";
+    if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "mobius" / "plugin-scan.json";
+    return {};
+  }
+
+  // Size, modification time and inode: a rebuilt or replaced file is probed again.
+  static std::string identity(const fs::path& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return "";
+    return std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
+  }
+
+  static int timeout_ms() {
+    if (const char* t = std::getenv("MOBIUS_PLUGIN_SCAN_TIMEOUT")) {
+      double s = std::atof(t);
+      if (s > 0) return static_cast<int>(s * 1000);
+    }
+    return 10000;
+  }
+
+  void load() {
+    if (path_.empty()) return;
+    std::ifstream in(path_);
+    if (!in) return;
+    try {
+      nlohmann::json j = nlohmann::json::parse(in);
+      if (j.is_object()) cache_ = std::move(j);
+    } catch (const std::exception&) {
+      // A damaged cache only costs a rescan.
+    }
+  }
+
+  void save() const {
+    if (path_.empty()) return;
+    std::error_code ec;
+    fs::create_directories(path_.parent_path(), ec);
+    fs::path tmp = path_.string() + ".tmp" + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp);
+      if (!out) return;
+      out << cache_.dump(1);
+    }
+    fs::rename(tmp, path_, ec);
+    if (ec) fs::remove(tmp, ec);
+  }
+
+  // Loads and registers the plugin in a forked child; reports what happened to it.
+  static std::string probe(const PluginRecord& rec) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return "";  // cannot probe: load in-process as before
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return "";
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      // The host's own crash handlers (a test framework's, say) must not report the child's.
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT})
+        ::signal(sig, SIG_DFL);
+      std::string answer = "ok";
+      try {
+        PluginRecord r = rec;
+        ModelRegistry scratch;
+        boost::dll::shared_library lib;
+        run_plugin(r, 0, scratch, lib);
+      } catch (const std::exception& e) {
+        answer = std::string("error:") + e.what();
+      }
+      const char* p = answer.data();
+      size_t n = answer.size();
+      while (n > 0) {
+        ssize_t w = ::write(fds[1], p, n);
+        if (w <= 0) break;
+        p += w;
+        n -= static_cast<size_t>(w);
+      }
+      ::_exit(0);  // no destructors, no atexit handlers of the parent's state
+    }
+    ::close(fds[1]);
+    std::string answer;
+    bool timed_out = false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms());
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        timed_out = true;
+        break;
+      }
+      pollfd pfd{fds[0], POLLIN, 0};
+      int r = ::poll(&pfd, 1, static_cast<int>(left));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        timed_out = r == 0;
+        break;
+      }
+      char buf[4096];
+      ssize_t got = ::read(fds[0], buf, sizeof(buf));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      if (answer.size() < 65536) answer.append(buf, static_cast<size_t>(got));
+    }
+    ::close(fds[0]);
+    if (timed_out) ::kill(pid, SIGKILL);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out)
+      return "hung while loading or registering (no answer within " +
+             std::to_string(timeout_ms() / 1000.0).substr(0, 4) + " s); skipped";
+    if (WIFSIGNALED(st))
+      return "crashed while loading or registering (signal " + std::to_string(WTERMSIG(st)) + ", " +
+             strsignal(WTERMSIG(st)) + "); skipped";
+    if (answer == "ok") return "";
+    if (answer.rfind("error:", 0) == 0) return answer.substr(6);
+    return "exited while loading or registering (status " +
+           std::to_string(WIFEXITED(st) ? WEXITSTATUS(st) : -1) + "); skipped";
+  }
+
+  fs::path path_;
+  nlohmann::json cache_ = nlohmann::json::object();
+};
+
 struct PluginHost::Impl {
+  PluginScanner scan;
   std::vector<boost::dll::shared_library> libs;
   std::set<fs::path> seen;  // canonical manifests/libraries already considered
 };
@@ -170,60 +399,11 @@ PluginRecord PluginHost::load_one(const fs::path& path, int priority, const std:
       throw Error("no manifest: expected plugin.yaml (or <name>.plugin.yaml) beside the library");
     }
 
+    // A plugin not yet known to be safe runs first in a child process: if it crashes or hangs
+    // while loading or registering, only the child dies (GStreamer's plugin scanner does this).
+    if (std::string err = impl_->scan.check(rec); !err.empty()) throw Error(err);
     boost::dll::shared_library lib;
-    try {
-      lib.load(boost::dll::fs::path(rec.library.string()),
-               boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
-    } catch (const std::exception& e) {
-      // Boost folds the loader's reason into a longer message; ask the loader again for it.
-      std::string reason = e.what();
-      if (void* h = ::dlopen(rec.library.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-        ::dlclose(h);
-      } else if (const char* dl = ::dlerror()) {
-        reason = dl;
-      }
-      throw Error("cannot load as a shared object: " + reason);
-    }
-    if (!lib.has(MOBIUS_PLUGIN_GET_INFO_SYMBOL))
-      throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_GET_INFO_SYMBOL +
-                  "' (not a mobius plugin?)");
-    auto get_info = lib.get<const mobius_plugin_info*()>(MOBIUS_PLUGIN_GET_INFO_SYMBOL);
-    const mobius_plugin_info* info = get_info();
-    if (!info || info->struct_size < sizeof(uint32_t) * 2)
-      throw Error("mobius_plugin_get_info returned no valid info");
-    if (info->abi_version != MOBIUS_ABI_VERSION)
-      throw Error("plugin was built for ABI version " + std::to_string(info->abi_version) +
-                  ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
-    if (info->struct_size < sizeof(mobius_plugin_info))
-      throw Error("mobius_plugin_get_info returned a truncated info struct");
-    std::string iname = info->name ? info->name : "";
-    if (iname != rec.name)
-      throw Error("manifest names the plugin '" + rec.name + "' but the library says '" + iname +
-                  "'");
-    if (!lib.has(MOBIUS_PLUGIN_REGISTER_SYMBOL))
-      throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_REGISTER_SYMBOL + "'");
-    auto reg_fn = lib.get<mobius_status(const mobius_host_api*, mobius_registrar*)>(
-        MOBIUS_PLUGIN_REGISTER_SYMBOL);
-
-    mobius_registrar reg;
-    reg.plugin_name = rec.name;
-    reg.plugin_path = rec.library.string();
-    reg.version = rec.version;
-    reg.vendor = rec.vendor;
-    reg.priority = priority;
-    try {
-      run_plugin_register(reg_fn, reg);
-    } catch (const std::exception& e) {
-      throw Error(std::string("register failed: ") + e.what());
-    }
-    for (const auto& r : reg.registrations) rec.registered.push_back(r.model_type);
-    std::vector<std::string> a = rec.registered, b = rec.model_types;
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    if (a != b)
-      throw Error("manifest lists model types [" + join(b) + "] but the plugin registered [" +
-                  join(a) + "]");
-    registry.register_all(std::move(reg.registrations));
+    run_plugin(rec, priority, registry, lib);
     impl_->libs.push_back(std::move(lib));
     rec.loaded = true;
   } catch (const std::exception& e) {

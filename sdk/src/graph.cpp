@@ -48,9 +48,11 @@ Graph& Value::graph() const {
   return *graph_;
 }
 const std::string& Value::name() const { return graph().value_name(id_); }
-const TensorType& Value::type() const { return graph().value_type(id_); }
-const Dim& Value::dim(int axis) const {
-  const TensorType& t = type();
+TensorType Value::type() const { return graph().value_type(id_); }
+DType Value::dtype() const { return graph().value_type(id_).dtype; }
+int Value::rank() const { return graph().value_type(id_).rank(); }
+Dim Value::dim(int axis) const {
+  const TensorType& t = graph().value_type(id_);
   int r = t.rank();
   if (r < 0) throw Error("[graph] '" + name() + "' has unknown rank");
   int a = axis < 0 ? axis + r : axis;

@@ -215,7 +215,7 @@ Value Where(Value cond, Value a, Value b) {
     // Broadcast the condition's shape in as well.
     size_t r = std::max(ab.dims.size(), cond.type().dims.size());
     std::vector<Dim> dims(r);
-    const auto& tc = cond.type().dims;
+    const std::vector<Dim> tc = cond.type().dims;
     for (size_t i = 0; i < r; ++i) {
       Dim x = i < r - ab.dims.size() ? Dim(1) : ab.dims[i - (r - ab.dims.size())];
       Dim c = i < r - tc.size() ? Dim(1) : tc[i - (r - tc.size())];
@@ -322,7 +322,9 @@ Value ReduceSum(Value x, const std::vector<int64_t>& axes, bool keepdims) {
 
 Value CumSum(Value x, int64_t axis) {
   norm_axis("CumSum", axis, x.rank(), x);
-  return single("CumSum", {x, Int(x.graph(), axis)}, x.type());
+  // Copy the type first: creating the axis constant may grow the graph's value table.
+  TensorType t = x.type();
+  return single("CumSum", {x, Int(x.graph(), axis)}, t);
 }
 
 // ---- shape manipulation ------------------------------------------------------------------
@@ -521,7 +523,7 @@ std::vector<Value> Split(Value x, const std::vector<int64_t>& sizes, int64_t axi
     total += s;
   }
   if (x.type().rank_known) {
-    const Dim& d = x.type().dims[static_cast<size_t>(a)];
+    const Dim d = x.type().dims[static_cast<size_t>(a)];
     if (d.is_static() && d.size != total)
       fail("Split", "sizes add up to " + std::to_string(total) + " but " + desc(x) + " axis " +
                         std::to_string(axis) + " is " + std::to_string(d.size));

@@ -80,10 +80,12 @@ class Value {
   explicit operator bool() const { return valid(); }
   Graph& graph() const;
   const std::string& name() const;
-  const TensorType& type() const;
-  DType dtype() const { return type().dtype; }
-  int rank() const { return type().rank(); }
-  const Dim& dim(int axis) const;  // negative axes count from the end
+  // By value: building a node may grow the graph's value table, so a reference into it could
+  // dangle while an op's arguments are still being evaluated.
+  TensorType type() const;
+  DType dtype() const;
+  int rank() const;
+  Dim dim(int axis) const;  // negative axes count from the end
 
  private:
   friend class Graph;

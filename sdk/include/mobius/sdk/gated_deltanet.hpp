@@ -1,0 +1,89 @@
+// mobius/sdk/gated_deltanet.hpp - Gated DeltaNet: linear attention with a gated delta rule.
+//
+// The token mixer of Qwen3-Next / Qwen3.5 linear-attention layers, written to transformers'
+// semantics (Qwen3_5GatedDeltaNet with its torch fallbacks). Per layer it carries two cache
+// tensors whose dims are static except batch_size, so a zero tensor is the empty state:
+//   conv_state       [batch, conv_dim, K]  the last K conv inputs (activation dtype; float32
+//                                          with float32_inputs)
+//   recurrent_state  [batch, hv, dk, dv]   the delta-rule state S (float32, as in transformers)
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mobius/sdk/nn.hpp"
+
+namespace mobius::nn {
+
+struct GatedDeltaNetOptions {
+  int64_t hidden = 0;
+  int64_t num_k_heads = 0;   // hk: query/key heads
+  int64_t num_v_heads = 0;   // hv: value heads, a multiple of hk
+  int64_t k_head_dim = 0;    // dk
+  int64_t v_head_dim = 0;    // dv
+  int64_t conv_kernel = 4;   // K
+  double norm_eps = 1e-6;    // the gated RMSNorm's epsilon
+  std::string act = "silu";  // applied after the conv (transformers passes hidden_act)
+  int64_t chunk_size = 64;   // tokens per chunk of the chunked delta rule (a power of two)
+  // Keeps the input side (in_proj_qkv/z/b/a, conv1d, A_log, dt_bias) in float32 in a narrower
+  // build, and computes the block in float32 up to out_proj; the conv state is float32 too.
+  // For float32 checkpoints built to float16: the rounding of these weights is what this block
+  // amplifies most (see the qwen35 plugin).
+  bool float32_inputs = false;
+
+  // Reads hidden_size, rms_norm_eps, hidden_act and the linear_* keys the plugin left in
+  // cfg.extra (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
+  // linear_value_head_dim, linear_conv_kernel_dim).
+  static GatedDeltaNetOptions from_config(const ArchitectureConfig& cfg);
+  // Throws mobius::Error naming the offending field.
+  void validate() const;
+};
+
+// Depthwise causal conv weights: [channels, 1, K], no bias (the checkpoint's conv1d.weight).
+// dtype Undefined: the build's weight dtype.
+class CausalConv1d : public Module {
+ public:
+  CausalConv1d(int64_t channels, int64_t kernel, DType dtype = DType::Undefined);
+  int64_t channels, kernel;
+};
+
+// y = (w * normalized(x)) * silu(z): per value head, a plain weight (not 1 + w), normalized in
+// float32 and cast back before the weight, the gate applied in float32 (Qwen3_5RMSNormGated).
+class GatedRMSNorm : public RMSNorm {
+ public:
+  using RMSNorm::RMSNorm;
+  Value forward(Graph& g, Value x, Value gate) const;
+};
+
+class GatedDeltaNet : public Module {
+ public:
+  explicit GatedDeltaNet(const GatedDeltaNetOptions& opt);
+  // x [batch, seq, hidden] in the activation dtype (after input_layernorm); returns the same
+  // dtype. past/present hold "conv_state" and "recurrent_state".
+  Value forward(Graph& g, Value x, SharedInputs& shared, const std::map<std::string, Value>& past,
+                std::map<std::string, Value>& present) const;
+  std::vector<CacheEntry> cache_entries(DType act) const;
+
+  GatedDeltaNetOptions opt;
+  int64_t key_dim, value_dim, conv_dim;
+  const Linear* in_proj_qkv;
+  const Linear* in_proj_z;
+  const Linear* in_proj_b;
+  const Linear* in_proj_a;
+  const CausalConv1d* conv1d;
+  const GatedRMSNorm* norm;
+  const Linear* out_proj;
+};
+
+// The gated delta rule over a sequence, all float32:
+//   q, k [batch, hv, seq, dk] (normalized, q already scaled), v [batch, hv, seq, dv],
+//   beta, g [batch, hv, seq] (g is the log decay, <= 0), state [batch, hv, dk, dv].
+// Per token: S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q.
+// Returns {o [batch, hv, seq, dv], final state}. One-token steps take the recurrence directly;
+// longer ones the chunked form (chunk_size tokens per Scan iteration).
+std::pair<Value, Value> gated_delta_rule(Graph& g, Value q, Value k, Value v, Value beta,
+                                         Value gate, Value state, int64_t chunk_size = 64);
+
+}  // namespace mobius::nn
