@@ -12,56 +12,13 @@
 #include "checkpoint.hpp"
 #include "mobius/plugin.h"
 #include "onnx/onnx_pb.h"
-#include "test_util.hpp"
+#include "golden_util.hpp"
 
 using namespace mobius;
 using namespace mobius::test;
 
 namespace {
 
-fs::path golden(const std::string& c) {
-  return fs::path(env_or_empty("MOBIUS_SHARED")) / "golden" / c;
-}
-
-// Copies a golden checkpoint into `dir` as one safetensors file, letting the caller edit the
-// config and edit, drop or add tensors.
-void copy_case(const std::string& c, const fs::path& dir,
-               const std::function<void(nlohmann::json&)>& edit_config = {},
-               const std::function<bool(StTensor&)>& keep = {},
-               const std::vector<StTensor>& extra = {}) {
-  fs::create_directories(dir);
-  nlohmann::json cfg = nlohmann::json::parse(read_text(golden(c) / "config.json"));
-  if (edit_config) edit_config(cfg);
-  write_text(dir / "config.json", cfg.dump());
-  auto reader = open_safetensors_checkpoint(golden(c));
-  std::vector<StTensor> ts;
-  for (const auto& m : reader->tensors()) {
-    StTensor t{m.name, "F32", m.shape, std::vector<uint8_t>(m.nbytes)};
-    REQUIRE(m.dtype == MOBIUS_DTYPE_FLOAT);
-    reader->read(m, t.bytes.data());
-    if (!keep || keep(t)) ts.push_back(std::move(t));
-  }
-  ts.insert(ts.end(), extra.begin(), extra.end());
-  write_safetensors(dir / "model.safetensors", ts);
-}
-
-RunResult build(const fs::path& ckpt, const fs::path& out, const std::string& extra = "") {
-  return run(quote(env_or_empty("MOBIUS_CLI")) + " build -q " + extra + " --model " +
-             quote(ckpt.string()) + " " + quote(out.string()));
-}
-
-RunResult parity(const fs::path& model, const std::string& c) {
-  return run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +
-             quote((fs::path(env_or_empty("MOBIUS_SHARED")) / "tools" / "parity.mjs").string()) +
-             " --model " + quote(model.string()) + " --case " + quote(golden(c).string()));
-}
-
-onnx::ModelProto load(const fs::path& p) {
-  onnx::ModelProto m;
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE(m.ParseFromIstream(&in));
-  return m;
-}
 
 std::vector<int64_t> dims_of(const onnx::TensorProto& t) {
   return {t.dims().begin(), t.dims().end()};
@@ -111,14 +68,14 @@ TEST_CASE("deepseek: the real DeepSeek-V3 config builds graph-only in seconds, c
   fs::create_directories(t / "ckpt");
   write_text(t / "ckpt" / "config.json", kDeepSeekV3Config);
   auto start = std::chrono::steady_clock::now();
-  RunResult r = build(t / "ckpt", t / "out", "--no-weights");
+  RunResult r = build_cli(t / "ckpt", t / "out", "--no-weights");
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(r.output);
   REQUIRE(r.status == 0);  // the save ran onnx's checker on the model
   MESSAGE("DeepSeek-V3 (61 layers, 256 experts, hidden 7168) graph-only build: " << secs << " s");
   CHECK(secs < 60);
 
-  onnx::ModelProto m = load(t / "out" / "model.onnx");
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
   std::map<std::string, int> ops;
   for (const auto& n : m.graph().node()) ops[n.op_type()]++;
   CHECK(ops["Loop"] == 58);  // one per MoE layer (layers 3..60)
@@ -169,10 +126,10 @@ TEST_CASE("deepseek: the real DeepSeek-V3 config builds graph-only in seconds, c
 
 TEST_CASE("deepseek: the tiny V3 graph has a latent cache, expert banks and a Loop per MoE layer") {
   TempDir t;
-  RunResult r = build(golden("deepseek-v3-tiny"), t / "out");
+  RunResult r = build_cli(golden("deepseek-v3-tiny"), t / "out");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  onnx::ModelProto m = load(t / "out" / "model.onnx");
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
   std::map<std::string, int> ops;
   for (const auto& n : m.graph().node()) ops[n.op_type()]++;
   CHECK(ops["Loop"] == 2);
@@ -214,7 +171,7 @@ TEST_CASE("deepseek: rope_interleave=false on de-interleaved weights gives the s
           deinterleave_rows(w, r + dr, r, dr);
         return true;
       });
-  RunResult b = build(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out");
   INFO(b.output);
   REQUIRE(b.status == 0);
   RunResult p = parity(t / "out", "deepseek-v3-tiny");
@@ -232,10 +189,10 @@ TEST_CASE("deepseek: V2 group-limited greedy with one expert per group equals gr
     c["n_group"] = 8;
     c["topk_group"] = 3;
   });
-  RunResult b = build(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out");
   INFO(b.output);
   REQUIRE(b.status == 0);
-  onnx::ModelProto m = load(t / "out" / "model.onnx");
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
   int topk = 0;
   for (const auto& n : m.graph().node()) topk += n.op_type() == "TopK";
   CHECK(topk == 4);  // per MoE layer: the groups, then the experts
@@ -255,7 +212,7 @@ TEST_CASE("deepseek: attention_bias adds biases to q_a_proj, kv_a_proj_with_mqa 
   }
   TempDir t;
   copy_case("deepseek-v3-tiny", t / "ckpt", [](auto& c) { c["attention_bias"] = true; }, {}, zeros);
-  RunResult b = build(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out");
   INFO(b.output);
   REQUIRE(b.status == 0);
   RunResult p = parity(t / "out", "deepseek-v3-tiny");
@@ -307,13 +264,7 @@ TEST_CASE("deepseek: configs and checkpoints that do not fit fail before anythin
   };
   for (const auto& c : cases) {
     CAPTURE(c.what);
-    TempDir t;
-    copy_case(c.golden_case, t / "ckpt", c.edit, c.keep);
-    RunResult r = build(t / "ckpt", t / "out");
-    INFO(r.output);
-    CHECK(r.status == 1);
-    CHECK(r.output.find(c.reason) != std::string::npos);
-    CHECK_FALSE(fs::exists(t / "out"));
+    expect_rejected(c.golden_case, c.edit, c.keep, c.reason);
   }
 }
 
@@ -323,14 +274,14 @@ TEST_CASE("deepseek: multi-token-prediction layers in the checkpoint are ignored
     TempDir t;
     auto one_mtp_layer = [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; };
     copy_case("deepseek-v3-tiny", t / "ckpt", one_mtp_layer, {}, mtp);
-    RunResult r = build(t / "ckpt", t / "out");
+    RunResult r = build_cli(t / "ckpt", t / "out");
     INFO(r.output);
     CHECK(r.status == 0);
   }
   {
     TempDir t;
     copy_case("deepseek-v3-tiny", t / "ckpt", {}, {}, mtp);
-    RunResult r = build(t / "ckpt", t / "out");
+    RunResult r = build_cli(t / "ckpt", t / "out");
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("checkpoint tensor 'model.layers.3.eh_proj.weight' is not used") !=

@@ -1,0 +1,80 @@
+// golden_util.hpp - test helpers around the golden cases: paths, edited copies of a checkpoint,
+// CLI builds, parity runs and loading a built model.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <functional>
+
+#include "checkpoint.hpp"
+#include "mobius/plugin.h"
+#include "onnx/onnx_pb.h"
+#include "test_util.hpp"
+
+namespace mobius::test {
+
+inline fs::path golden(const std::string& c) {
+  return fs::path(env_or_empty("MOBIUS_SHARED")) / "golden" / c;
+}
+
+// Copies a golden checkpoint (single or sharded safetensors) into `dir` as one file, letting the
+// caller edit the config and rename, drop (keep returns false) or add tensors.
+inline void copy_case(const std::string& c, const fs::path& dir,
+                      const std::function<void(nlohmann::json&)>& edit_config = {},
+                      const std::function<bool(StTensor&)>& keep = {},
+                      const std::vector<StTensor>& extra = {}) {
+  fs::create_directories(dir);
+  nlohmann::json cfg = nlohmann::json::parse(read_text(golden(c) / "config.json"));
+  if (edit_config) edit_config(cfg);
+  write_text(dir / "config.json", cfg.dump());
+  auto reader = open_safetensors_checkpoint(golden(c));
+  std::vector<StTensor> ts;
+  for (const auto& m : reader->tensors()) {
+    static const std::map<int32_t, const char*> names = {
+        {MOBIUS_DTYPE_FLOAT, "F32"}, {MOBIUS_DTYPE_FLOAT16, "F16"}, {MOBIUS_DTYPE_BFLOAT16, "BF16"},
+        {MOBIUS_DTYPE_INT64, "I64"}, {MOBIUS_DTYPE_INT32, "I32"}};
+    REQUIRE(names.count(m.dtype));
+    StTensor t{m.name, names.at(m.dtype), m.shape, std::vector<uint8_t>(m.nbytes)};
+    reader->read(m, t.bytes.data());
+    if (!keep || keep(t)) ts.push_back(std::move(t));
+  }
+  ts.insert(ts.end(), extra.begin(), extra.end());
+  write_safetensors(dir / "model.safetensors", ts);
+}
+
+// `mobius build -q [extra] --model ckpt out` with the build tree's CLI.
+inline RunResult build_cli(const fs::path& ckpt, const fs::path& out, const std::string& extra = "") {
+  return run(quote(env_or_empty("MOBIUS_CLI")) + " build -q " + extra + " --model " +
+             quote(ckpt.string()) + " " + quote(out.string()));
+}
+
+// The shared parity harness on a built model against golden case `c`.
+inline RunResult parity(const fs::path& model, const std::string& c) {
+  return run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +
+             quote((fs::path(env_or_empty("MOBIUS_SHARED")) / "tools" / "parity.mjs").string()) +
+             " --model " + quote(model.string()) + " --case " + quote(golden(c).string()));
+}
+
+// Builds an edited copy of golden case `c` and checks that it fails with `reason` in the
+// message, exit status 1, and nothing written.
+inline void expect_rejected(const std::string& c, const std::function<void(nlohmann::json&)>& edit,
+                            const std::function<bool(StTensor&)>& keep, const std::string& reason,
+                            const std::vector<StTensor>& extra = {}) {
+  TempDir t;
+  copy_case(c, t / "ckpt", edit, keep, extra);
+  RunResult r = build_cli(t / "ckpt", t / "out");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find(reason) != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "out"));
+}
+
+inline onnx::ModelProto load_model(const fs::path& p) {
+  onnx::ModelProto m;
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(m.ParseFromIstream(&in));
+  return m;
+}
+
+}  // namespace mobius::test
