@@ -78,6 +78,14 @@ TEST_CASE("llama: a 2-layer graph is small and computes masks and rope tables on
   CHECK(pk.dim(1).dim_value() == 2);
   CHECK(pk.dim(2).dim_param() == "past_sequence_length");
   CHECK(pk.dim(3).dim_value() == 16);
+  // Runtime files: genai_config.json describes the cache, provenance says who built it.
+  auto genai = nlohmann::json::parse(read_text(t / "out" / "genai_config.json"));
+  CHECK(genai["model"]["decoder"]["head_size"] == 16);
+  CHECK(genai["model"]["decoder"]["num_key_value_heads"] == 2);
+  CHECK(genai["model"]["decoder"]["inputs"]["past_key_names"] == "past_key_values.%d.key");
+  auto prov = nlohmann::json::parse(read_text(t / "out" / "mobius_provenance.json"));
+  CHECK(prov["plugin"] == "llama");
+  CHECK(fs::exists(t / "out" / "config.json"));
   // Initializer names are the checkpoint's tensor names.
   std::set<std::string> inits;
   for (const auto& i : m.graph().initializer()) inits.insert(i.name());

@@ -96,6 +96,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   impl->source_dir = dir;
   impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
+  impl->weight_dtype = opts.dtype;
   mobius_context& ctx = *impl->ctx;
   ctx.options.dtype = parse_dtype(opts.dtype);
   ctx.execution_provider = opts.execution_provider;
@@ -125,6 +126,8 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
                                                const std::string& config_text,
                                                const BuildOptions& opts) {
   auto impl = start(reg.model_type, dir, opts);
+  impl->plugin = reg.plugin;
+  impl->plugin_version = reg.version;
   impl->normalized_config = reg.parse_config(impl->ctx.get(), config_text);
   reg.build(impl->ctx.get(), impl->normalized_config);
   finish(*impl);

@@ -14,7 +14,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
 
 #include "onnx/checker.h"
 #include "package.hpp"
@@ -249,6 +252,92 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
   }
 }
 
+// genai_config.json for onnxruntime-genai, when the graph has the plain key/value cache it
+// describes (hybrid or latent caches have no such description, so none is written).
+void write_genai_config(const ModelPackage::Impl& pkg, const onnx::ModelProto& model,
+                        const fs::path& dir) {
+  nlohmann::json cfg = nlohmann::json::parse(pkg.normalized_config, nullptr, false);
+  if (!cfg.is_object() || !cfg.contains("num_hidden_layers")) return;
+  std::map<std::string, const onnx::ValueInfoProto*> inputs;
+  for (const auto& i : model.graph().input()) inputs[i.name()] = &i;
+  int64_t layers = cfg.value("num_hidden_layers", int64_t{0});
+  for (int64_t i = 0; i < layers; ++i)
+    if (!inputs.count("past_key_values." + std::to_string(i) + ".key") ||
+        !inputs.count("past_key_values." + std::to_string(i) + ".value"))
+      return;
+  if (layers == 0 || !inputs.count("input_ids")) return;
+  const auto& shape = inputs.at("past_key_values.0.key")->type().tensor_type().shape();
+  if (shape.dim_size() != 4) return;
+  nlohmann::json src = nlohmann::json::object();
+  try {
+    std::ifstream in(pkg.source_dir / "config.json");
+    if (in) src = nlohmann::json::parse(in);
+    if (src.contains("text_config") && src["text_config"].is_object()) src.update(src["text_config"]);
+  } catch (const std::exception&) {
+    src = nlohmann::json::object();
+  }
+  auto token = [&](const char* key, nlohmann::json def) {
+    auto it = src.find(key);
+    return it != src.end() && !it->is_null() ? *it : def;
+  };
+  int64_t context = cfg.value("max_position_embeddings", int64_t{4096});
+  nlohmann::json decoder = {
+      {"filename", "model.onnx"},
+      {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", nlohmann::json::array()}}},
+      {"head_size", shape.dim(3).dim_value()},
+      {"hidden_size", cfg.value("hidden_size", int64_t{0})},
+      {"num_attention_heads", cfg.value("num_attention_heads", int64_t{0})},
+      {"num_key_value_heads", shape.dim(1).dim_value()},
+      {"num_hidden_layers", layers},
+      {"inputs",
+       {{"input_ids", "input_ids"},
+        {"attention_mask", "attention_mask"},
+        {"position_ids", "position_ids"},
+        {"past_key_names", "past_key_values.%d.key"},
+        {"past_value_names", "past_key_values.%d.value"}}},
+      {"outputs",
+       {{"logits", "logits"},
+        {"present_key_names", "present.%d.key"},
+        {"present_value_names", "present.%d.value"}}}};
+  nlohmann::json genai = {
+      {"model",
+       {{"type", pkg.model_type},
+        {"context_length", context},
+        {"vocab_size", cfg.value("vocab_size", int64_t{0})},
+        {"bos_token_id", token("bos_token_id", 1)},
+        {"eos_token_id", token("eos_token_id", 2)},
+        {"pad_token_id", token("pad_token_id", token("eos_token_id", 0))},
+        {"decoder", decoder}}},
+      {"search",
+       {{"do_sample", false},
+        {"early_stopping", true},
+        {"max_length", context},
+        {"min_length", 0},
+        {"num_beams", 1},
+        {"num_return_sequences", 1},
+        {"past_present_share_buffer", false},
+        {"repetition_penalty", 1.0},
+        {"temperature", 1.0},
+        {"top_k", 1},
+        {"top_p", 1.0}}}};
+  std::ofstream(dir / "genai_config.json") << genai.dump(2) << "\n";
+}
+
+// What built this folder: enough to reproduce it. No timestamps, so rebuilding the same input
+// gives the same files.
+void write_provenance(const ModelPackage::Impl& pkg, const fs::path& dir) {
+  nlohmann::json p = {{"producer", "mobius"},
+                      {"producer_version", MOBIUS_VERSION},
+                      {"model_type", pkg.model_type},
+                      {"plugin", pkg.plugin},
+                      {"plugin_version", pkg.plugin_version},
+                      {"weight_dtype", pkg.weight_dtype},
+                      {"checkpoint", pkg.checkpoint ? pkg.checkpoint->describe() : "none"},
+                      {"onnx_ir_version", kIrVersion},
+                      {"onnx_opset", kOpsetVersion}};
+  std::ofstream(dir / "mobius_provenance.json") << p.dump(2) << "\n";
+}
+
 }  // namespace
 
 void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
@@ -321,6 +410,8 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
     }
   }
   copy_runtime_files(pkg.source_dir, tmp.path());
+  write_genai_config(pkg, model, tmp.path());
+  write_provenance(pkg, tmp.path());
   fsync_dir(tmp.path());
 
   if (fs::exists(target)) {
