@@ -126,8 +126,10 @@ std::vector<fs::path> default_plugin_dirs() {
       if (fs::is_directory(p)) out.push_back(p);
     }
   }
+  // The configured folder only when the one beside the executable is missing: a moved or staged
+  // install must not also load the original install's plugins.
   fs::path installed = MOBIUS_PLUGIN_INSTALL_DIR;
-  if (fs::is_directory(installed) &&
+  if (out.empty() && fs::is_directory(installed) &&
       std::find(out.begin(), out.end(), installed) == out.end()) {
     std::error_code e2;
     bool dup = false;
