@@ -9,6 +9,7 @@
 #include "checkpoint.hpp"
 #include "context.hpp"
 #include "package.hpp"
+#include "pytorch_bin.hpp"
 
 namespace mobius {
 namespace fs = std::filesystem;
@@ -36,8 +37,22 @@ int32_t parse_dtype(const std::string& s) {
   throw Error("[options] unknown dtype '" + s + "' (expected f32, f16 or bf16)");
 }
 
-bool has_weights(const fs::path& dir) {
+bool has_safetensors(const fs::path& dir) {
   return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
+}
+
+bool has_pytorch(const fs::path& dir) {
+  return fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+}
+
+// safetensors whenever the folder has it; the pickle format only when it is all there is, and
+// then through the restricted unpickler.
+std::unique_ptr<CheckpointReader> open_checkpoint(const fs::path& dir) {
+  if (has_safetensors(dir)) return open_safetensors_checkpoint(dir);
+  if (has_pytorch(dir)) return open_pytorch_checkpoint(dir);
+  throw Error("[checkpoint] " + dir.string() +
+              ": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
+              "pytorch_model.bin.index.json");
 }
 
 }  // namespace
@@ -104,10 +119,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.no_weights = opts.no_weights ? 1 : 0;
   ctx.quiet = opts.quiet;
   if (!opts.no_weights && !dir.empty()) {
-    if (!has_weights(dir))
-      throw Error("[checkpoint] " + dir.string() +
-                  ": no model.safetensors or model.safetensors.index.json");
-    impl->checkpoint = open_safetensors_checkpoint(dir);
+    impl->checkpoint = open_checkpoint(dir);
     ctx.checkpoint = impl->checkpoint.get();
   }
   ctx.model.mutable_graph()->set_name(model_type);

@@ -1,4 +1,4 @@
-// pytorch_bin.hpp - legacy PyTorch checkpoints (torch.save zip archives) behind a restricted unpickler.
+// pytorch_bin.hpp - legacy PyTorch checkpoints (torch.save zips) behind a restricted unpickler.
 #pragma once
 
 #include <cstddef>
