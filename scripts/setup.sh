@@ -32,6 +32,6 @@ if [ ! -f node_modules/onnxruntime-node/package.json ] ||
 fi
 
 if [ ! -f build/build.ninja ]; then
-  meson setup build >/dev/null
+  meson setup build
 fi
-ninja -C build >/dev/null
+ninja -C build
