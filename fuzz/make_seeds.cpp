@@ -1,7 +1,7 @@
 // make_seeds.cpp - writes the fuzzers' seed corpora (tiny valid and hostile inputs) into a folder.
 //
-// Usage: make_seeds OUT_DIR [SHARED_DIR GOLDEN_DIR]. Creates OUT_DIR/<target>/seed-*; with the
-// other two, also extracts the golden qwen2-bias data.pkl into GOLDEN_DIR.
+// Usage: make_seeds OUT_DIR [CASES_DIR GOLDEN_DIR]. Creates OUT_DIR/<target>/seed-*; with the
+// other two (CASES_DIR: tests/golden), also extracts the golden qwen2-bias data.pkl into GOLDEN_DIR.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
 
   // The golden checkpoint's real data.pkl, into a separate folder: it is not committed.
   if (argc > 3) {
-    std::ifstream in(fs::path(argv[2]) / "golden" / "qwen2-bias" / "pytorch_model.bin",
+    std::ifstream in(fs::path(argv[2]) / "qwen2-bias" / "pytorch_model.bin",
                      std::ios::binary);
     const std::string zip((std::istreambuf_iterator<char>(in)), {});
     const auto u16 = [&](size_t p) {

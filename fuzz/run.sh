@@ -11,7 +11,7 @@ seconds=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 work=${MOBIUS_FUZZ_WORK:-/tmp/mobius-fuzz}/$target
-shared=${MOBIUS_SHARED:-$root/../shared}
+golden=$root/tests/golden
 case $target in
   unpickler|torch_zip|safetensors) ;;
   *) echo "unknown target '$target'" >&2; exit 2 ;;
@@ -20,13 +20,13 @@ mkdir -p "$work/corpus" "$work/crashes" "$work/bin"
 
 flags="-std=c++20 -g -O1 -DONNX_ML=1 -I$root/core/src -I$root/sdk/include -I$root/tests"
 clang++ $flags "$here/make_seeds.cpp" -o "$work/bin/make_seeds"
-"$work/bin/make_seeds" "$here/corpus" "$shared" "$work/golden"
+"$work/bin/make_seeds" "$here/corpus" "$golden" "$work/golden"
 # Seeds from the golden checkpoints are used for this run only, not committed.
 extra=""
 if [ "$target" = unpickler ] && [ -d "$work/golden" ]; then extra="$work/golden"; fi
-if [ "$target" = safetensors ] && [ -d "$shared/golden" ]; then
+if [ "$target" = safetensors ] && [ -d "$golden" ]; then
   mkdir -p "$work/golden-st"
-  find "$shared/golden" -name '*.safetensors' -size -64k -exec cp {} "$work/golden-st/" \;
+  find "$golden" -name '*.safetensors' -size -64k -exec cp {} "$work/golden-st/" \;
   extra="$work/golden-st"
 fi
 

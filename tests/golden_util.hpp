@@ -14,8 +14,9 @@
 
 namespace mobius::test {
 
+// The project's golden cases (tests/golden/<case>, see its README).
 inline fs::path golden(const std::string& c) {
-  return fs::path(env_or_empty("MOBIUS_SHARED")) / "golden" / c;
+  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden" / c;
 }
 
 // Copies a golden checkpoint (single or sharded safetensors) into `dir` as one file, letting the
@@ -49,10 +50,10 @@ inline RunResult build_cli(const fs::path& ckpt, const fs::path& out, const std:
              quote(ckpt.string()) + " " + quote(out.string()));
 }
 
-// The shared parity harness on a built model against golden case `c`.
+// The parity harness (tests/parity/parity.mjs) on a built model against golden case `c`.
 inline RunResult parity(const fs::path& model, const std::string& c) {
   return run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +
-             quote((fs::path(env_or_empty("MOBIUS_SHARED")) / "tools" / "parity.mjs").string()) +
+             quote((fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "parity" / "parity.mjs").string()) +
              " --model " + quote(model.string()) + " --case " + quote(golden(c).string()));
 }
 

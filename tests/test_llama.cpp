@@ -129,9 +129,7 @@ TEST_CASE("llama: build_from_module builds a module assembled in C++ that matche
   ModelPackage pkg = build_from_module(model, cfg, "text-generation", {}, golden("llama-tiny"));
   TempDir t;
   pkg.save(t / "out");
-  RunResult r = run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +
-                    quote((fs::path(env_or_empty("MOBIUS_SHARED")) / "tools" / "parity.mjs").string()) +
-                    " --model " + quote((t / "out").string()) + " --case " + quote(golden("llama-tiny").string()));
+  RunResult r = parity(t / "out", "llama-tiny");
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.find("parity: 3 passed, 0 failed") != std::string::npos);

@@ -114,12 +114,9 @@ std::string simple_archive(ZipLayout* layout = nullptr) {
   return torch_zip(pkl, {{"0", raw_bytes(std::vector<float>{1, 2, 3, 4})}}, "archive", layout);
 }
 
-fs::path shared_dir() {
-  if (const char* s = std::getenv("MOBIUS_SHARED"); s && *s) return s;
-  if (const char* r = std::getenv("MOBIUS_SOURCE_ROOT"); r && *r) {
-    return fs::path(r) / ".." / "shared";
-  }
-  return "/work/shared";
+// The project's golden cases (tests/golden, see its README).
+fs::path golden_dir() {
+  return fs::path(mobius::test::env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden";
 }
 
 // Element index of a strided view, the reference for gathers.
@@ -459,11 +456,8 @@ TEST_CASE("pytorch: a valid 2-shard pytorch_model.bin.index.json") {
 }
 
 TEST_CASE("pytorch: the golden qwen2-bias pytorch_model.bin") {
-  const fs::path dir = shared_dir() / "golden" / "qwen2-bias";
-  if (!fs::exists(dir / kBin)) {
-    MESSAGE("skipped: no " << (dir / kBin).string());
-    return;
-  }
+  const fs::path dir = golden_dir() / "qwen2-bias";
+  REQUIRE(fs::exists(dir / kBin));
   auto r = mobius::open_pytorch_checkpoint(dir);
   // Names, shapes and values as torch.load(weights_only=True) reports them.
   REQUIRE(r->tensors().size() == 27);

@@ -1,0 +1,294 @@
+// parity.mjs - runs a built model in ONNX Runtime (CPU) through a golden case's steps and compares
+// its logits with the reference logits computed by Hugging Face transformers.
+//
+//   node tests/parity/parity.mjs --model OUT_DIR|model.onnx --case tests/golden/<case>
+//                                [--atol X] [--rtol Y] [--json]
+//
+// A case folder holds case.json (steps, atol, rtol) and reference.safetensors (for every step s:
+// s.input_ids, s.attention_mask, s.position_ids, s.logits); see tests/golden/README.md. Steps run
+// in order on one growing cache: the first starts from an empty cache built from the model's
+// input metadata, each later one feeds the previous step's present.* outputs back as
+// past_key_values.*. Logits are compared only where attention_mask is 1, with
+// |onnx - expected| <= atol + rtol * |expected|. --atol/--rtol raise the case's tolerance (the
+// looser of the two wins), for reduced-precision builds.
+//
+// Exit status: 0 every step passed; 1 a step failed (including a model that does not load or run);
+// 2 a usage or I/O error. The last line is "parity: P passed, F failed" (counting steps).
+import { createRequire } from 'module';
+import fs from 'fs';
+import path from 'path';
+
+function die(msg) {
+  process.stderr.write(`parity: error: ${msg}\n`);
+  process.exit(2);
+}
+
+function loadOrt() {
+  const require = createRequire(path.join(process.cwd(), 'noop.js'));
+  const bases = [process.cwd(), ...(process.env.NODE_PATH || '').split(':').filter(Boolean)];
+  for (const base of bases) {
+    const dir = base.endsWith('node_modules') ? base : path.join(base, 'node_modules');
+    try {
+      return require(path.join(dir, 'onnxruntime-node'));
+    } catch (e) { /* next place */ }
+  }
+  die(`onnxruntime-node not found in ${bases.join(', ')}`);
+}
+
+function parseArgs(argv) {
+  const a = { json: false };
+  for (let i = 0; i < argv.length; ++i) {
+    const k = argv[i];
+    const next = () => {
+      if (i + 1 >= argv.length) die(`${k} needs a value`);
+      return argv[++i];
+    };
+    if (k === '--model') a.model = next();
+    else if (k === '--case') a.caseDir = next();
+    else if (k === '--atol') a.atol = Number(next());
+    else if (k === '--rtol') a.rtol = Number(next());
+    else if (k === '--json') a.json = true;
+    else die(`unknown argument '${k}' (usage: --model M --case C [--atol X] [--rtol Y] [--json])`);
+  }
+  if (!a.model || !a.caseDir) die('usage: parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR');
+  for (const t of ['atol', 'rtol'])
+    if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
+  return a;
+}
+
+// The model file: the path itself, or model.onnx (else the only *.onnx) in a folder.
+function modelFile(p) {
+  if (!fs.existsSync(p)) die(`no model at ${p}`);
+  if (!fs.statSync(p).isDirectory()) return p;
+  if (fs.existsSync(path.join(p, 'model.onnx'))) return path.join(p, 'model.onnx');
+  const onnx = fs.readdirSync(p).filter((f) => f.endsWith('.onnx'));
+  if (onnx.length !== 1) die(`${p}: expected model.onnx or exactly one *.onnx file, found ${onnx.length}`);
+  return path.join(p, onnx[0]);
+}
+
+// A minimal safetensors reader: the header's JSON, then each tensor as a typed array.
+const ST_TYPES = {
+  F32: [4, (b) => new Float32Array(b)],
+  F64: [8, (b) => Float64Array.from(new Float64Array(b))],
+  F16: [2, (b) => halfToFloat(new Uint16Array(b), false)],
+  BF16: [2, (b) => halfToFloat(new Uint16Array(b), true)],
+  I64: [8, (b) => new BigInt64Array(b)],
+  I32: [4, (b) => new Int32Array(b)],
+  I16: [2, (b) => new Int16Array(b)],
+  I8: [1, (b) => new Int8Array(b)],
+  U8: [1, (b) => new Uint8Array(b)],
+  BOOL: [1, (b) => new Uint8Array(b)],
+};
+
+function halfToFloat(u16, bf16) {
+  const out = new Float32Array(u16.length);
+  const view = new DataView(new ArrayBuffer(4));
+  for (let i = 0; i < u16.length; ++i) {
+    const h = u16[i];
+    if (bf16) {
+      view.setUint32(0, h << 16, true);
+      out[i] = view.getFloat32(0, true);
+      continue;
+    }
+    const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e === 0) out[i] = s * m * 2 ** -24;
+    else if (e === 31) out[i] = m ? NaN : s * Infinity;
+    else out[i] = s * (1 + m / 1024) * 2 ** (e - 15);
+  }
+  return out;
+}
+
+function readSafetensors(file) {
+  const buf = fs.readFileSync(file);
+  if (buf.length < 8) die(`${file}: too short for a safetensors file`);
+  const n = Number(buf.readBigUInt64LE(0));
+  if (n > buf.length - 8) die(`${file}: header length ${n} exceeds the file`);
+  let header;
+  try {
+    header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
+  } catch (e) {
+    die(`${file}: header is not valid JSON (${e.message})`);
+  }
+  const base = 8 + n;
+  const tensors = {};
+  for (const [name, t] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const kind = ST_TYPES[t.dtype];
+    if (!kind) die(`${file}: tensor '${name}' has unsupported dtype ${t.dtype}`);
+    const [begin, end] = t.data_offsets;
+    const count = t.shape.reduce((x, y) => x * y, 1);
+    if (end < begin || base + end > buf.length || end - begin !== count * kind[0])
+      die(`${file}: tensor '${name}' has bad offsets [${begin}, ${end})`);
+    // A copy, so that the typed array is aligned whatever the offset.
+    const bytes = buf.buffer.slice(buf.byteOffset + base + begin, buf.byteOffset + base + end);
+    tensors[name] = { shape: t.shape, data: kind[1](bytes) };
+  }
+  return tensors;
+}
+
+function castIds(t, type) {
+  if (type === 'int64') return new ort.Tensor('int64', BigInt64Array.from(t.data), t.shape);
+  if (type === 'int32') return new ort.Tensor('int32', Int32Array.from(t.data, (v) => Number(v)), t.shape);
+  throw new Error(`ids declared as ${type}; expected int64 or int32`);
+}
+
+// An empty cache tensor: batch_size is the batch, past_sequence_length 0, numeric dims as given.
+function emptyCache(meta, batch) {
+  const dims = meta.shape.map((d) => {
+    if (typeof d === 'number' && d >= 0) return d;
+    if (d === 'batch_size') return batch;
+    if (d === 'past_sequence_length') return 0;
+    throw new Error(`cache input '${meta.name}' has dim '${d}' that cannot be sized`);
+  });
+  const n = dims.reduce((x, y) => x * y, 1);
+  const arrays = { float32: Float32Array, float16: Uint16Array, int64: BigInt64Array, int32: Int32Array };
+  const A = arrays[meta.type];
+  if (!A) throw new Error(`cache input '${meta.name}' has dtype ${meta.type}`);
+  return new ort.Tensor(meta.type, new A(n), dims);
+}
+
+function logitsAsFloat(t) {
+  if (t.type === 'float32') return t.data;
+  if (t.type === 'float16') {
+    const d = t.data;
+    return d instanceof Uint16Array ? halfToFloat(d, false) : Float32Array.from(d);
+  }
+  throw new Error(`logits have dtype ${t.type}; expected float32 or float16`);
+}
+
+async function runCase(args) {
+  const caseDir = args.caseDir;
+  const caseFile = path.join(caseDir, 'case.json');
+  if (!fs.existsSync(caseFile)) die(`no case.json in ${caseDir}`);
+  const spec = JSON.parse(fs.readFileSync(caseFile, 'utf8'));
+  const refFile = path.join(caseDir, 'reference.safetensors');
+  if (!fs.existsSync(refFile)) die(`no reference.safetensors in ${caseDir}`);
+  const ref = readSafetensors(refFile);
+  const steps = spec.steps || [];
+  if (!steps.length) die(`${caseFile}: no steps`);
+  for (const s of steps)
+    for (const k of ['input_ids', 'attention_mask', 'position_ids', 'logits'])
+      if (!ref[`${s}.${k}`]) die(`${refFile}: no tensor '${s}.${k}'`);
+  const atol = Math.max(Number(spec.atol) || 0, args.atol || 0);
+  const rtol = Math.max(Number(spec.rtol) || 0, args.rtol || 0);
+  const file = modelFile(args.model);
+
+  const results = [];
+  const fail = (step, error) => results.push({ step, pass: false, error });
+  let session;
+  try {
+    session = await ort.InferenceSession.create(file, { logSeverityLevel: 3, executionProviders: ['cpu'] });
+  } catch (e) {
+    for (const s of steps) fail(s, `the model does not load: ${e.message}`);
+    return { atol, rtol, results };
+  }
+  const inputs = Object.fromEntries(session.inputMetadata.map((m) => [m.name, m]));
+  const contract = () => {
+    if (!inputs.input_ids) return 'the model has no input_ids input';
+    if (!session.outputNames.includes('logits')) return 'the model has no logits output';
+    for (const name of session.inputNames) {
+      if (['input_ids', 'attention_mask', 'position_ids'].includes(name)) continue;
+      if (!name.startsWith('past_key_values.')) return `unknown input '${name}'`;
+      const present = 'present.' + name.slice('past_key_values.'.length);
+      if (!session.outputNames.includes(present)) return `input '${name}' has no '${present}' output`;
+    }
+    return null;
+  };
+  const broken = contract();
+  if (broken) {
+    for (const s of steps) fail(s, broken);
+    return { atol, rtol, results };
+  }
+
+  let cache = null;  // past_key_values.X -> tensor, from the previous step
+  let chainBroken = false;  // a step did not run: the later ones have no cache to start from
+  for (const s of steps) {
+    if (chainBroken) {
+      fail(s, 'not run: the previous step did not produce a cache');
+      continue;
+    }
+    const ids = ref[`${s}.input_ids`], mask = ref[`${s}.attention_mask`], pos = ref[`${s}.position_ids`];
+    const [batch, seq] = ids.shape;
+    const total = mask.shape[1];
+    let out;
+    try {
+      const feeds = {};
+      for (const [k, t] of [['input_ids', ids], ['attention_mask', mask], ['position_ids', pos]])
+        if (inputs[k]) feeds[k] = castIds(t, inputs[k].type);
+      for (const name of session.inputNames) {
+        if (!name.startsWith('past_key_values.')) continue;
+        feeds[name] = cache ? cache[name] : emptyCache(inputs[name], batch);
+      }
+      out = await session.run(feeds, { logSeverityLevel: 4 });
+    } catch (e) {
+      fail(s, `run failed: ${e.message}`);
+      chainBroken = true;
+      continue;
+    }
+    cache = {};
+    for (const name of session.outputNames)
+      if (name.startsWith('present.')) cache['past_key_values.' + name.slice('present.'.length)] = out[name];
+
+    const expected = ref[`${s}.logits`];
+    const vocab = expected.shape[2];
+    const got = out.logits;
+    const r = { step: s, compared: 0, bad: 0, maxAbs: 0, where: null, worst: 0 };
+    if (got.dims.length !== 3 || got.dims[0] !== batch || got.dims[1] !== seq || got.dims[2] !== vocab) {
+      r.pass = false;
+      r.error = `logits shape [${got.dims}] != expected [${batch}, ${seq}, ${vocab}]`;
+      results.push(r);
+      continue;
+    }
+    const g = logitsAsFloat(got), e = expected.data;
+    for (let b = 0; b < batch; ++b) {
+      for (let t = 0; t < seq; ++t) {
+        const absPos = total - seq + t;
+        if (Number(mask.data[b * total + absPos]) !== 1) continue;
+        r.compared++;
+        const base = (b * seq + t) * vocab;
+        for (let v = 0; v < vocab; ++v) {
+          const x = g[base + v], y = e[base + v];
+          const d = Math.abs(x - y);
+          const tol = atol + rtol * Math.abs(y);
+          if (!(d <= tol)) {
+            r.bad++;
+            const ratio = Number.isFinite(d) ? d / tol : Infinity;
+            if (ratio > r.worst) r.worst = ratio;
+          }
+          if (!(d <= r.maxAbs)) {
+            r.maxAbs = Number.isNaN(d) ? Infinity : d;
+            r.where = { batch: b, token: t, position: absPos, vocab: v, onnx: x, expected: y };
+          }
+        }
+      }
+    }
+    r.pass = r.bad === 0 && r.compared > 0;
+    if (r.compared === 0) r.error = 'no unpadded position to compare';
+    results.push(r);
+  }
+  return { atol, rtol, results };
+}
+
+const args = parseArgs(process.argv.slice(2));
+const ort = loadOrt();
+ort.env.logLevel = 'fatal';  // failures are reported by the harness itself
+const report = await runCase(args);
+let passed = 0, failed = 0;
+for (const r of report.results) {
+  r.pass ? passed++ : failed++;
+  if (args.json) continue;
+  if (r.error) {
+    console.log(`${r.step}: FAIL: ${r.error}`);
+    continue;
+  }
+  const w = r.where;
+  const at = w ? ` at batch ${w.batch} token ${w.token} (position ${w.position}) vocab ${w.vocab}: ` +
+                 `onnx ${w.onnx} expected ${w.expected}` : '';
+  console.log(`${r.step}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)}${at}; ` +
+              `${r.compared} positions compared (atol ${report.atol}, rtol ${report.rtol})`);
+  if (!r.pass)
+    console.log(`${r.step}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);
+}
+if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+(args.json ? process.stderr : process.stdout).write(`parity: ${passed} passed, ${failed} failed\n`);
+process.exit(failed ? 1 : 0);
