@@ -18,7 +18,7 @@ case $target in
 esac
 mkdir -p "$work/corpus" "$work/crashes" "$work/bin"
 
-flags="-std=c++20 -g -O1 -DONNX_ML=1 -I$root/core/src -I$root/sdk/include -I$root/tests"
+flags="-std=c++20 -g -O1 -DONNX_ML=1 -I$root/core/src -I$root/core/include -I$root/sdk/include -I$root/tests"
 clang++ $flags "$here/make_seeds.cpp" -o "$work/bin/make_seeds"
 "$work/bin/make_seeds" "$here/corpus" "$golden" "$work/golden"
 # Seeds from the golden checkpoints are used for this run only, not committed.
@@ -30,7 +30,10 @@ if [ "$target" = safetensors ] && [ -d "$golden" ]; then
   extra="$work/golden-st"
 fi
 
-sources="$root/core/src/dtype.cpp $root/core/src/safetensors.cpp $root/core/src/pytorch_bin.cpp"
+sources=""
+for f in dtype checkpoint_files safetensors zip_reader unpickler pytorch_bin; do
+  sources="$sources $root/core/src/$f.cpp"
+done
 # 64-byte gather windows instead of 16 MiB, so small inputs exercise the windowed reads.
 clang++ $flags -DMOBIUS_GATHER_WINDOW_BYTES=64 -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=all $sources "$here/fuzz_$target.cpp" -o "$work/bin/fuzz_$target"

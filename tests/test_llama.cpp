@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "checkpoint.hpp"
-#include "mobius/module_build.hpp"
+#include "mobius/sdk/module_build.hpp"
 #include "mobius/plugins.hpp"
 #include "onnx/onnx_pb.h"
 #include "golden_util.hpp"
@@ -129,10 +129,15 @@ TEST_CASE("llama: build_from_module builds a module assembled in C++ that matche
   ModelPackage pkg = build_from_module(model, cfg, "text-generation", {}, golden("llama-tiny"));
   TempDir t;
   pkg.save(t / "out");
+  // The SDK's text-generation task hands genai_config.json to the host, as a plugin's does.
+  auto genai = nlohmann::json::parse(read_text(t / "out" / "genai_config.json"));
+  CHECK(genai["model"]["type"] == "llama");
+  CHECK(genai["model"]["decoder"]["num_key_value_heads"] == 2);
   RunResult r = parity(t / "out", "llama-tiny");
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.find("parity: 3 passed, 0 failed") != std::string::npos);
   CHECK_THROWS_WITH_AS(build_from_module(model, cfg, "image-classification"),
-                       doctest::Contains("task 'image-classification' is not supported"), Error);
+                       doctest::Contains("task 'image-classification' is not supported"),
+                       mobius::sdk::Error);
 }

@@ -259,3 +259,94 @@ TEST_CASE("plugins: a plugin that crashes or hangs while registering is skipped,
   CHECK(cli.output.find("libtest_crash.so") != std::string::npos);
   ::unsetenv("MOBIUS_PLUGIN_SCAN_TIMEOUT");
 }
+
+TEST_CASE("plugins: a folder reached twice through the search path is not a library without a manifest") {
+  // As with `--plugin-path <plugins>/llama` and the default <plugins>: the family folder is found
+  // directly and again as a subfolder; its library belongs to the manifest seen the first time.
+  TempDir t;
+  fs::create_directories(t / "family");
+  fs::copy_file(plugin_dir() / "libtest_good.so", t / "family" / "libtest_good.so");
+  fs::copy_file(plugin_dir() / "good.plugin.yaml", t / "family" / "good.plugin.yaml");
+  PluginHost host;
+  ModelRegistry reg;
+  auto recs = host.load({{t / "family", kPriorityCommandLine, "--plugin-path"},
+                         {t.path(), kPriorityDefault, "default"}},
+                        reg);
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].loaded);
+  CHECK(recs[0].origin == "--plugin-path");
+
+  // The same folder twice.
+  PluginHost host2;
+  ModelRegistry reg2;
+  recs = host2.load({{plugin_dir(), kPriorityCommandLine, "--plugin-path"},
+                     {plugin_dir(), kPriorityEnvironment, "MOBIUS_PLUGIN_PATH"}},
+                    reg2);
+  CHECK(recs.size() == 5);
+  for (const auto& r : recs) CHECK(r.error.find("no manifest") == std::string::npos);
+
+  // And through the CLI, with the build tree's own plugins.
+  auto dirs = default_plugin_dirs();
+  REQUIRE_FALSE(dirs.empty());
+  RunResult cli = run(quote(env_or_empty("MOBIUS_CLI")) + " plugins --plugin-path " +
+                      quote((dirs[0] / "llama").string()));
+  INFO(cli.output);
+  CHECK(cli.status == 0);
+  CHECK(cli.output.find("no manifest") == std::string::npos);
+  CHECK(cli.output.find("error") == std::string::npos);
+}
+
+TEST_CASE("plugins: a build reads every manifest but runs only the plugin of its model type") {
+  TempDir t;
+  ::setenv("MOBIUS_PLUGIN_CACHE", (t / "scan.json").c_str(), 1);
+  ::setenv("MOBIUS_PLUGIN_SCAN_TIMEOUT", "5", 1);
+  fs::path crash_dir = env_or_empty("MOBIUS_TEST_CRASH_DIR");
+  auto t0 = std::chrono::steady_clock::now();
+  PluginHost host;
+  ModelRegistry reg;
+  auto recs = host.load({{crash_dir, kPriorityCommandLine, "--plugin-path"},
+                         {plugin_dir(), kPriorityCommandLine, "--plugin-path"}},
+                        reg, {"toy"});
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(secs < 4);  // the hanging plugin was never probed
+  CHECK(reg.architectures() == std::vector<std::string>{"toy"});
+  CHECK(find(recs, "libtest_good.so")->loaded);
+  for (const char* f : {"libtest_crash.so", "libtest_hang.so", "libtest_regerror.so",
+                        "libtest_noentry.so", "libtest_badabi.so", "libtest_notso.so"}) {
+    CAPTURE(f);
+    const PluginRecord* r = find(recs, f);
+    REQUIRE(r);
+    CHECK(r->deferred);
+    CHECK_FALSE(r->loaded);
+    CHECK(r->error.empty());
+    CHECK_FALSE(r->model_types.empty());  // its manifest was read
+  }
+  // None of their code ran, not even in a probe.
+  std::string cache = fs::exists(t / "scan.json") ? read_text(t / "scan.json") : "";
+  CHECK(cache.find("libtest_crash.so") == std::string::npos);
+  CHECK(cache.find("libtest_hang.so") == std::string::npos);
+
+  // A manifest that cannot be read is still reported.
+  fs::create_directories(t / "bad");
+  write_text(t / "bad" / "plugin.yaml", "name: [broken\n");
+  PluginHost host2;
+  ModelRegistry reg2;
+  recs = host2.load({{t / "bad", kPriorityCommandLine, "--plugin-path"}}, reg2, {"toy"});
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].error.find("not valid YAML") != std::string::npos);
+
+  // `mobius build` with those folders on its path: no probe, no warning about them.
+  fs::create_directories(t / "ckpt");
+  write_text(t / "ckpt" / "config.json", R"({"model_type": "toy", "hidden_size": 4, "out_size": 3})");
+  write_safetensors(t / "ckpt" / "model.safetensors",
+                    {f32_tensor("proj.weight", {3, 4}, std::vector<float>(12, 1.0f)),
+                     f32_tensor("proj.bias", {3}, {0, 0, 0})});
+  RunResult r = run(quote(env_or_empty("MOBIUS_CLI")) + " build --plugin-path " +
+                    quote(crash_dir.string()) + " --plugin-path " + quote(plugin_dir().string()) +
+                    " --model " + quote((t / "ckpt").string()) + " " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("not loaded") == std::string::npos);
+  CHECK(r.output.find("built toy") != std::string::npos);
+  ::unsetenv("MOBIUS_PLUGIN_SCAN_TIMEOUT");
+}

@@ -500,10 +500,11 @@ TEST_CASE("pytorch: truncated, short and non-zip files are rejected") {
   check_message(archive_error(zip.substr(0, zip.size() / 2)),
                 {"not a zip archive (no end of central directory record)"});
   check_message(archive_error(zip.substr(0, 10)), {"10 bytes, too short to be a zip archive"});
-  check_message(archive_error(""), {"0 bytes, too short"});
+  check_message(archive_error(""), {"file is 0 bytes, too short to be a zip archive"});
   check_message(archive_error(B("\x80\x02}q\x00.") + std::string(40, '\0')),
                 {"legacy (torch < 1.6) torch.save format"});
-  check_message(archive_error(std::string(100, 'x')), {"not a zip archive"});
+  check_message(archive_error(std::string(100, 'x')),
+                {"not a zip archive (no end of central directory record)"});
 }
 
 TEST_CASE("pytorch: bad end of central directory records") {
@@ -527,7 +528,9 @@ TEST_CASE("pytorch: bad end of central directory records") {
   {
     std::string z = zip;  // the locator points past itself
     mobius::test::set_le(z, lay.end_offset - 12, lay.end_offset, 8);
-    check_message(archive_error(z), {"Zip64 end record offset", "out of range"});
+    const std::string reason =
+        "Zip64 end record offset " + std::to_string(lay.end_offset) + " is out of range";
+    check_message(archive_error(z), {reason.c_str()});
   }
   {
     std::string z = zip;
@@ -547,7 +550,7 @@ TEST_CASE("pytorch: central directory beyond the file") {
   check_message(archive_error(beyond), {"central directory [1000000,", "extends beyond"});
   std::string big = z;
   mobius::test::set_le(big, lay.end_offset + 12, 0x7FFFFFFF, 4);
-  check_message(archive_error(big), {"central directory", "extends beyond"});
+  check_message(archive_error(big), {"central directory [", ") extends beyond its end at "});
   std::string many = z;
   mobius::test::set_le(many, lay.end_offset + 8, 5000, 2);
   mobius::test::set_le(many, lay.end_offset + 10, 5000, 2);
@@ -641,13 +644,13 @@ TEST_CASE("pytorch: encrypted, compressed and misnamed entries") {
   check_message(archive_error(mobius::test::build_zip({{"a/data.pkl", pkl}, {"/etc/passwd", "x"}})),
                 {"entry '/etc/passwd' is an absolute path"});
   check_message(archive_error(mobius::test::build_zip({{"a/data.pkl", pkl}, {"a\\..\\x", "x"}})),
-                {"has a '..' component"});
+                {"entry 'a\\..\\x' has a '..' component"});
   check_message(
       archive_error(mobius::test::build_zip({{"a/data.pkl", pkl}, {"a/x", "1"}, {"a/x", "2"}})),
       {"entry 'a/x' appears twice"});
   check_message(archive_error(mobius::test::build_zip(
                     {{"a/data.pkl", pkl}, {"b/data.pkl", pkl}, {"a/data/0", "1234"}})),
-                {"two pickles in the archive"});
+                {"two pickles in the archive, 'a/data.pkl' and 'b/data.pkl'"});
 }
 
 TEST_CASE("pytorch: missing records and byte order") {
@@ -671,10 +674,14 @@ TEST_CASE("pytorch: the checkpoint file itself is not a regular file") {
   fs::create_directory(dir / kBin);
   check_message(error_of([&] { mobius::open_pytorch_checkpoint(dir.path()); }),
                 {"not a regular file"});
+  TempDir fifo;
+  REQUIRE(::mkfifo((fifo / kBin).c_str(), 0600) == 0);  // must not block the open
+  check_message(error_of([&] { mobius::open_pytorch_checkpoint(fifo.path()); }),
+                {"not a regular file"});
   TempDir empty;
   const std::string msg = error_of([&] { mobius::open_pytorch_checkpoint(empty.path()); });
-  CHECK(msg.find("[checkpoint] ") == 0);
-  CHECK(msg.find("no pytorch_model.bin or pytorch_model.bin.index.json") != std::string::npos);
+  CHECK(msg == "[checkpoint] " + empty.path().string() +
+                   ": no pytorch_model.bin or pytorch_model.bin.index.json");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -763,7 +770,7 @@ TEST_CASE("pytorch: REDUCE only calls allowlisted globals") {
   expect_pickle_rejected(number.bytes, {"the callable is an int, not an allowed global"});
   Pickler text;
   text.proto(2).str("os.system").str("id").tuple_n(1).reduce().stop();
-  expect_pickle_rejected(text.bytes, {"the callable is a string"});
+  expect_pickle_rejected(text.bytes, {"the callable is a string, not an allowed global"});
   Pickler storage;
   storage.proto(2).global("torch", "FloatStorage").empty_tuple().reduce().stop();
   expect_pickle_rejected(storage.bytes, {"calling 'torch.FloatStorage' is not allowed"});
@@ -775,7 +782,7 @@ TEST_CASE("pytorch: REDUCE only calls allowlisted globals") {
   expect_pickle_rejected(od_args.bytes, {"must be called without arguments"});
   Pickler tensor_call;  // calling a tensor
   tensor_call.proto(2).tensor("FloatStorage", "0", 4, 0, {4}, {1}).empty_tuple().reduce().stop();
-  expect_pickle_rejected(tensor_call.bytes, {"the callable is a tensor"});
+  expect_pickle_rejected(tensor_call.bytes, {"the callable is a tensor, not an allowed global"});
 }
 
 TEST_CASE("pytorch: BUILD only on an OrderedDict with no state or _metadata") {
@@ -824,10 +831,12 @@ TEST_CASE("pytorch: memo abuse") {
   expect_pickle_rejected(long_missing.bytes, {"LONG_BINGET (0x6a)", "memo index 100000 was never"});
   Pickler empty_put;
   empty_put.proto(2).binput(0).stop();
-  expect_pickle_rejected(empty_put.bytes, {"BINPUT (0x71)", "stack underflow"});
+  expect_pickle_rejected(empty_put.bytes, {"BINPUT (0x71)", "stack underflow: needs 1 values, 0 "
+                                                            "available above the mark"});
   Pickler in_mark;  // BINPUT may only see values above the innermost MARK
   in_mark.proto(2).none().mark().binput(0).stop();
-  expect_pickle_rejected(in_mark.bytes, {"BINPUT (0x71)", "stack underflow"});
+  expect_pickle_rejected(in_mark.bytes, {"BINPUT (0x71)", "stack underflow: needs 1 values, 0 "
+                                                          "available above the mark"});
 }
 
 TEST_CASE("pytorch: lengths beyond the data and oversized values") {
@@ -839,12 +848,12 @@ TEST_CASE("pytorch: lengths beyond the data and oversized values") {
                          {"BINUNICODE8 (0x8d)", "exceeds the 16 MiB limit"});
   expect_pickle_rejected(B("\x80\x02\x8c\x05"
                            "ab"),
-                         {"SHORT_BINUNICODE (0x8c)", "string of 5 bytes extends beyond"});
+                         {"SHORT_BINUNICODE (0x8c)", "string of 5 bytes extends beyond the end of the pickle (2 bytes remain)"});
   std::string long1 = B("\x80\x02\x8a\xc8") + std::string(200, '\x7f') + ".";
   expect_pickle_rejected(long1, {"LONG1 (0x8a)", "integer of 200 bytes does not fit in 64 bits"});
-  expect_pickle_rejected(B("\x80\x02\x8a\x08\x01"), {"LONG1 (0x8a)", "needs 8 bytes"});
-  expect_pickle_rejected(B("\x80\x02J\x01\x02"), {"BININT (0x4a)", "needs 4 bytes"});
-  expect_pickle_rejected(B("\x80\x02G\x01"), {"BINFLOAT (0x47)", "needs 8 bytes"});
+  expect_pickle_rejected(B("\x80\x02\x8a\x08\x01"), {"LONG1 (0x8a)", "needs 8 bytes but only 1 remain"});
+  expect_pickle_rejected(B("\x80\x02J\x01\x02"), {"BININT (0x4a)", "needs 4 bytes but only 2 remain"});
+  expect_pickle_rejected(B("\x80\x02G\x01"), {"BINFLOAT (0x47)", "needs 8 bytes but only 1 remain"});
   expect_pickle_rejected(B("\x80\x02\x95\x00\x00\x00\x00\x01\x00\x00\x00}."),
                          {"FRAME (0x95)", "frame of 4294967296 bytes extends beyond the pickle"});
   expect_pickle_rejected(B("\x80\x02X\x02\x00\x00\x00\xc3\x28."), {"string is not valid UTF-8"});
@@ -856,7 +865,7 @@ TEST_CASE("pytorch: lengths beyond the data and oversized values") {
   expect_pickle_rejected(
       "\x80\x02"
       "cos",
-      {"module is not a line"});
+      {"GLOBAL (0x63)", "module is not a line of at most 256 bytes"});
 }
 
 TEST_CASE("pytorch: stack discipline") {
@@ -866,7 +875,7 @@ TEST_CASE("pytorch: stack discipline") {
       setitem.bytes, {"SETITEM (0x73) at offset 9: stack underflow: needs 3 values, 2 available"});
   Pickler setitems;
   setitems.proto(2).mark().str("a").str("b").setitems().stop();
-  expect_pickle_rejected(setitems.bytes, {"SETITEMS (0x75)", "stack underflow"});
+  expect_pickle_rejected(setitems.bytes, {"SETITEMS (0x75)", "stack underflow: needs 1 values, 0"});
   Pickler odd;
   odd.proto(2).empty_dict().mark().str("a").setitems().stop();
   expect_pickle_rejected(odd.bytes, {"SETITEMS (0x75)", "odd number of values (1)"});
@@ -881,13 +890,13 @@ TEST_CASE("pytorch: stack discipline") {
   expect_pickle_rejected(setitem_list.bytes, {"cannot set items on a list"});
   Pickler tuple3;
   tuple3.proto(2).none().tuple_n(3).stop();
-  expect_pickle_rejected(tuple3.bytes, {"TUPLE3 (0x87)", "stack underflow"});
+  expect_pickle_rejected(tuple3.bytes, {"TUPLE3 (0x87)", "stack underflow: needs 3 values, 1"});
   Pickler reduce;
   reduce.proto(2).empty_tuple().reduce().stop();
-  expect_pickle_rejected(reduce.bytes, {"REDUCE (0x52)", "stack underflow"});
+  expect_pickle_rejected(reduce.bytes, {"REDUCE (0x52)", "stack underflow: needs 2 values, 1"});
   expect_pickle_rejected(B("\x80\x02}"), {"the pickle ends without STOP"});
   expect_pickle_rejected(B(""), {"the pickle ends without STOP"});
-  expect_pickle_rejected(B("\x80\x02."), {"STOP (0x2e)", "expected one value"});
+  expect_pickle_rejected(B("\x80\x02."), {"STOP (0x2e)", "expected one value on the stack, found 0"});
   expect_pickle_rejected(B("\x80\x02}}."), {"expected one value on the stack, found 2"});
   expect_pickle_rejected(B("\x80\x02(}."), {"a MARK is still open"});
   expect_pickle_rejected(B("\x80\x02}.junk"), {"4 bytes follow STOP"});
@@ -1003,18 +1012,26 @@ TEST_CASE("pytorch: _rebuild_tensor_v2 arguments") {
   expect_pickle_rejected(rebuild(standard(0, {2, 3}, {3, 1})),
                          {"tensor 'w' (offset 0, size [2, 3], stride [3, 1]) reaches element 5 "
                           "of storage '0', which has 4 elements"});
-  expect_pickle_rejected(rebuild(standard(4, {1}, {1})), {"reaches element 4"});
-  expect_pickle_rejected(rebuild(standard(5, {0}, {1})), {"storage_offset 5 is beyond storage"});
+  expect_pickle_rejected(rebuild(standard(4, {1}, {1})),
+                         {"tensor 'w' (offset 4, size [1], stride [1]) reaches element 4 of "
+                          "storage '0', which has 4 elements"});
+  expect_pickle_rejected(rebuild(standard(5, {0}, {1})),
+                         {"tensor 'w' storage_offset 5 is beyond storage '0' of 4 elements"});
   expect_pickle_rejected(rebuild(standard(0, {2, 2}, {-1, 1})),
                          {"stride [-1, 1] has a negative entry"});
   expect_pickle_rejected(rebuild(standard(0, {-2, 2}, {1, 1})),
                          {"size [-2, 2] has a negative dimension"});
   expect_pickle_rejected(rebuild(standard(-1, {1}, {1})), {"storage_offset -1 is negative"});
   expect_pickle_rejected(rebuild(standard(0, {int64_t{1} << 40, int64_t{1} << 40}, {1, 1})),
-                         {"has too many elements"});
-  expect_pickle_rejected(rebuild(standard(0, {3, 3}, {INT64_MAX, INT64_MAX})), {"overflows"});
-  expect_pickle_rejected(rebuild(standard(0, {int64_t{1} << 62}, {1})), {"has too many bytes"});
-  expect_pickle_rejected(rebuild(standard(0, {2, 2}, {1})), {"differ in length"});
+                         {"tensor 'w' size [1099511627776, 1099511627776] has too many elements"});
+  expect_pickle_rejected(rebuild(standard(0, {3, 3}, {INT64_MAX, INT64_MAX})),
+                         {"tensor 'w' size [3, 3] with stride [9223372036854775807, "
+                          "9223372036854775807] overflows"});
+  expect_pickle_rejected(rebuild(standard(0, {int64_t{1} << 62}, {1})),
+                         {"tensor 'w' size [4611686018427387904] has too many bytes"});
+  expect_pickle_rejected(rebuild(standard(0, {2, 2}, {1})),
+                         {"'torch._utils._rebuild_tensor_v2' size [2, 2] and stride [1] differ in "
+                          "length"});
   // An expanded view may repeat elements, but not into gigabytes.
   expect_pickle_rejected(rebuild(standard(0, {1 << 20, 1 << 20}, {0, 0})),
                          {"repeats elements to 4398046511104 bytes from a storage of 16"});
@@ -1072,7 +1089,7 @@ TEST_CASE("pytorch: storage contents must match the declared sizes") {
                 {"storage '5' has no archive entry 'archive/data/5'"});
   check_message(pickle_error(pkl, {{"5", std::string(12, '\0')}}),
                 {"storage '5' entry holds 12 bytes, but 4 float32 elements need 16"});
-  check_message(pickle_error(pkl, {{"5", std::string(20, '\0')}}), {"holds 20 bytes"});
+  check_message(pickle_error(pkl, {{"5", std::string(20, '\0')}}), {"storage '5' entry holds 20 bytes, but 4 float32 elements need 16"});
 }
 
 TEST_CASE("pytorch: limits on pickle size and memory") {
@@ -1124,17 +1141,17 @@ TEST_CASE("pytorch: index shard names never leave the folder") {
   check_message(index_error(dir, R"({"weight_map": {"a": "../outside.bin"}})"),
                 {"shard '../outside.bin' has a '..' component"}, idx);
   check_message(index_error(dir, R"({"weight_map": {"a": "sub/../../outside.bin"}})"),
-                {"has a '..' component"}, idx);
+                {"shard 'sub/../../outside.bin' has a '..' component"}, idx);
   check_message(
       index_error(dir, R"({"weight_map": {"a": ")" + (root / "outside.bin").string() + R"("}})"),
-      {"is an absolute path"}, idx);
+      {"shard '", "outside.bin' is an absolute path"}, idx);
   check_message(index_error(dir, R"({"weight_map": {"a": ""}})"), {"empty shard name"}, idx);
   fs::create_symlink(root / "outside.bin", dir / "link.bin");
   check_message(index_error(dir, R"({"weight_map": {"a": "link.bin"}})"),
                 {"shard 'link.bin' resolves outside the checkpoint folder"}, idx);
   fs::create_directory_symlink(root.path(), dir / "up");
   check_message(index_error(dir, R"({"weight_map": {"a": "up/outside.bin"}})"),
-                {"resolves outside the checkpoint folder"}, idx);
+                {"shard 'up/outside.bin' resolves outside the checkpoint folder"}, idx);
   check_message(index_error(dir, R"({"weight_map": {"a": "nope.bin"}})"),
                 {"shard 'nope.bin' does not exist"}, idx);
   // A symlink that stays inside is fine.
@@ -1173,11 +1190,44 @@ TEST_CASE("pytorch: index and shards must agree") {
   check_message(index_error(dir.path(), R"({"weight_map": {}})"), {"weight_map lists no tensors"},
                 idx);
   check_message(index_error(dir.path(), R"([1, 2])"), {"index is not a JSON object"}, idx);
-  check_message(index_error(dir.path(), R"({"weight_map": {"a": "s1.bin")"), {"not valid JSON"},
-                idx);
+  check_message(index_error(dir.path(), R"({"weight_map": {"a": "s1.bin")"), {"index is not valid JSON: parse error at line 1"}, idx);
   // A broken shard is reported under its own name.
   write_file(dir / "s2.bin", "garbage that is not a zip archive at all");
   check_message(
       index_error(dir.path(), R"({"weight_map": {"a": "s1.bin", "b": "s1.bin", "c": "s2.bin"}})"),
-      {"not a zip archive"}, "s2.bin");
+      {"not a zip archive (no end of central directory record)"}, "s2.bin");
+}
+
+TEST_CASE("pytorch: index metadata and duplicate keys follow the safetensors rules") {
+  TempDir dir;
+  const char* idx = "pytorch_model.bin.index.json";
+  write_shard(dir / "s1.bin", {"a"});
+  check_message(index_error(dir.path(), R"({"metadata": 3, "weight_map": {"a": "s1.bin"}})"),
+                {"metadata is not an object"}, idx);
+  check_message(
+      index_error(dir.path(), R"({"metadata": {}, "metadata": {}, "weight_map": {"a": "s1.bin"}})"),
+      {"duplicate key 'metadata'"}, idx);
+  check_message(index_error(dir.path(), R"({"weight_map": {"a": "s1.bin"}, "weight_map": {}})"),
+                {"duplicate key 'weight_map'"}, idx);
+  check_message(index_error(dir.path(), R"({"weight_map": {"a": "."}})"),
+                {"shard '.' resolves outside the checkpoint folder"}, idx);
+}
+
+TEST_CASE("pytorch: a shard of the numbered series that the index does not name") {
+  // Both shards hold "a"; the index maps it to shard 1, so shard 2 would never be opened.
+  TempDir dir;
+  const std::string s1 = "pytorch_model-00001-of-00002.bin";
+  const std::string s2 = "pytorch_model-00002-of-00002.bin";
+  write_shard(dir / s1, {"a"});
+  write_shard(dir / s2, {"a"});
+  const std::string msg =
+      index_error(dir.path(), R"({"weight_map": {"a": "pytorch_model-00001-of-00002.bin"}})");
+  CHECK(msg ==
+        "[pytorch] pytorch_model-00002-of-00002.bin: shard of the numbered series is not named by "
+        "pytorch_model.bin.index.json");
+  // With the index naming both shards and each holding its own tensor, all is well.
+  write_shard(dir / s2, {"b"});
+  write_file(dir / "pytorch_model.bin.index.json",
+             R"({"weight_map": {"a": ")" + s1 + R"(", "b": ")" + s2 + R"("}})");
+  CHECK(mobius::open_pytorch_checkpoint(dir.path())->describe() == "pytorch (2 shards)");
 }

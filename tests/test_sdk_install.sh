@@ -66,8 +66,9 @@ plugins=$lib/mobius/plugins
 # ---- 2. what the install holds ----------------------------------------------------------------
 step "installed files"
 need "$bin/mobius" "$lib/libmobius.so" "$lib/libmobius_sdk.a" "$lib/pkgconfig/mobius-sdk.pc" \
-  "$inc/mobius/plugin.h" "$inc/mobius/error.hpp" "$inc/mobius/sdk/plugin.hpp" "$inc/mobius/sdk/nn.hpp" \
-  "$inc/mobius/build.hpp" "$inc/mobius/registry.hpp"
+  "$inc/mobius/plugin.h" "$inc/mobius/half.h" "$inc/mobius/sdk/error.hpp" "$inc/mobius/sdk/plugin.hpp" \
+  "$inc/mobius/sdk/nn.hpp" "$inc/mobius/sdk/module_build.hpp" \
+  "$inc/mobius/build.hpp" "$inc/mobius/error.hpp" "$inc/mobius/registry.hpp"
 for family in deepseek gemma llama qwen35; do
   need "$plugins/$family/libmobius_$family.so" "$plugins/$family/plugin.yaml"
 done

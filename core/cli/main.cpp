@@ -2,10 +2,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <new>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -35,9 +38,12 @@ struct Loaded {
   std::vector<mobius::PluginRecord> records;
 };
 
-std::unique_ptr<Loaded> load_plugins(const std::vector<std::string>& paths) {
+// Every plugin, or (with `model_types`) only those whose manifest claims one of them: the
+// others' manifests are read, their code is not run.
+std::unique_ptr<Loaded> load_plugins(const std::vector<std::string>& paths,
+                                     const std::vector<std::string>& model_types = {}) {
   auto l = std::make_unique<Loaded>();
-  l->records = l->host.load(mobius::plugin_search_path(paths), l->registry);
+  l->records = l->host.load(mobius::plugin_search_path(paths), l->registry, model_types);
   return l;
 }
 
@@ -52,6 +58,7 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : l->records) {
+      const char* status = r.loaded ? "loaded" : r.deferred ? "deferred" : "error";
       out.push_back({{"name", r.name},
                      {"version", r.version},
                      {"vendor", r.vendor},
@@ -60,7 +67,7 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
                      {"manifest", r.manifest.string()},
                      {"origin", r.origin},
                      {"model_types", r.model_types},
-                     {"status", r.loaded ? "loaded" : "error"},
+                     {"status", status},
                      {"error", r.error}});
     }
     std::cout << out.dump(2) << "\n";
@@ -74,7 +81,10 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
   }
   for (const auto& r : l->records) {
     std::string label = r.name.empty() ? r.library.filename().string() : r.name;
-    if (r.loaded) {
+    if (r.deferred) {
+      std::cout << "manifest " << label << " " << r.version << " " << r.library.string() << " ["
+                << r.origin << "] (not loaded: not needed)\n";
+    } else if (r.loaded) {
       std::cout << "loaded  " << label << " " << r.version << " ("
                 << (r.vendor.empty() ? "unknown vendor" : r.vendor) << ", ABI " << r.abi_version
                 << ") " << r.library.string() << " [" << r.origin << "]\n"
@@ -89,7 +99,7 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
 
 void warn_failed(const Loaded& l) {
   for (const auto& r : l.records)
-    if (!r.loaded)
+    if (!r.loaded && !r.deferred)
       std::cerr << "mobius: warning: plugin " << (r.library.empty() ? r.manifest : r.library).string()
                 << " not loaded: " << r.error << "\n";
 }
@@ -133,10 +143,27 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
   return 0;
 }
 
+// The model types the checkpoint's config.json names; empty when it cannot be read (the build
+// then reports why, with every plugin loaded).
+std::vector<std::string> wanted_types(const std::string& model) {
+  try {
+    return mobius::config_model_types(std::filesystem::path(model) / "config.json");
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 int cmd_build(const std::string& model, const std::string& out,
               const std::vector<std::string>& paths, const mobius::BuildOptions& opts,
               int threads) {
-  auto l = load_plugins(paths);
+  // Only the plugin whose manifest claims the config's model type runs; when none does, every
+  // plugin is loaded so the error can suggest near matches.
+  std::vector<std::string> types = wanted_types(model);
+  auto l = load_plugins(paths, types);
+  if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) {
+        return l->registry.contains(t);
+      }))
+    l = load_plugins(paths);
   if (!opts.quiet) warn_failed(*l);
   auto t0 = std::chrono::steady_clock::now();
   mobius::ModelPackage pkg = [&] {
@@ -199,9 +226,6 @@ int main(int argc, char** argv) {
   build->add_option("--dtype", opts.dtype, "Weight dtype of the model")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
-  build->add_option("--ep", opts.execution_provider,
-                    "Execution provider to target: cpu emits standard ONNX ops only")
-      ->capture_default_str();
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.
@@ -231,6 +255,14 @@ int main(int argc, char** argv) {
     if (*build) return cmd_build(model, out, plugin_paths, opts, threads);
     if (*list) return cmd_list(plugin_paths, json);
     if (*plugins) return cmd_plugins(plugin_paths, json);
+  } catch (const mobius::Error& e) {
+    // A plugin's fault (its message names the plugin) is never reported as the user's.
+    bool plugin = e.kind() == mobius::ErrorKind::Plugin || e.kind() == mobius::ErrorKind::Internal;
+    std::cerr << "mobius: " << (plugin ? "plugin error: " : "error: ") << e.what() << "\n";
+    return g_interrupted ? 130 : 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "mobius: internal error: out of memory\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "mobius: error: " << e.what() << "\n";
     return g_interrupted ? 130 : 1;

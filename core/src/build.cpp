@@ -2,6 +2,7 @@
 #include "mobius/build.hpp"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -9,7 +10,6 @@
 #include "checkpoint.hpp"
 #include "context.hpp"
 #include "package.hpp"
-#include "pytorch_bin.hpp"
 
 namespace mobius {
 namespace fs = std::filesystem;
@@ -37,22 +37,36 @@ int32_t parse_dtype(const std::string& s) {
   throw Error("[options] unknown dtype '" + s + "' (expected f32, f16 or bf16)");
 }
 
-bool has_safetensors(const fs::path& dir) {
-  return fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json");
+// The text of `file` when it is a regular file of at most 16 MiB; else nothing.
+std::optional<std::string> read_small_file(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (16u << 20) || ec) return {};
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
-bool has_pytorch(const fs::path& dir) {
-  return fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+// Who ran the code that failed, for messages: "plugin 'llama' 0.1.0 (/path/libmobius_llama.so)".
+std::string describe_code(const std::string& plugin, const std::string& version,
+                          const std::string& path) {
+  if (plugin.empty()) return "the in-process architecture";
+  return "plugin '" + plugin + "' " + version + (path.empty() ? "" : " (" + path + ")");
 }
 
-// safetensors whenever the folder has it; the pickle format only when it is all there is, and
-// then through the restricted unpickler.
-std::unique_ptr<CheckpointReader> open_checkpoint(const fs::path& dir) {
-  if (has_safetensors(dir)) return open_safetensors_checkpoint(dir);
-  if (has_pytorch(dir)) return open_pytorch_checkpoint(dir);
-  throw Error("[checkpoint] " + dir.string() +
-              ": no model.safetensors, model.safetensors.index.json, pytorch_model.bin or "
-              "pytorch_model.bin.index.json");
+// A failure inside a plugin's code (a bug, an exception it did not expect, out of memory): the
+// message names the plugin, so it is never read as a mistake in the user's files.
+Error blame_plugin(const Error& e, const std::string& who, const std::string& activity) {
+  std::string what = e.kind() == ErrorKind::Internal ? "an internal error" : "an error";
+  std::string m = e.what();
+  if (m.rfind("[plugin] ", 0) == 0) m = m.substr(9);
+  return Error(e.kind(), "[plugin] " + who + " failed " + activity + " with " + what +
+                             " of the plugin, not of the checkpoint or its config.json: " + m);
+}
+
+bool plugin_fault(const Error& e) {
+  return e.kind() == ErrorKind::Plugin || e.kind() == ErrorKind::Internal;
 }
 
 }  // namespace
@@ -81,6 +95,20 @@ std::string config_model_type(const fs::path& config_file, const ModelRegistry* 
   return top;  // unknown: the registry lookup reports near matches
 }
 
+std::vector<std::string> config_model_types(const fs::path& config_file) {
+  nlohmann::json cfg = read_json_file(config_file);
+  std::vector<std::string> out;
+  auto add = [&](const nlohmann::json& j) {
+    auto it = j.find("model_type");
+    if (it != j.end() && it->is_string()) out.push_back(it->get<std::string>());
+  };
+  if (!cfg.is_object()) return out;
+  add(cfg);
+  auto tc = cfg.find("text_config");
+  if (tc != cfg.end() && tc->is_object()) add(*tc);
+  return out;
+}
+
 ModelPackage::ModelPackage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ModelPackage::ModelPackage(ModelPackage&&) noexcept = default;
 ModelPackage& ModelPackage::operator=(ModelPackage&&) noexcept = default;
@@ -99,14 +127,22 @@ uint64_t ModelPackage::weight_bytes() const {
 }
 
 void ModelPackage::save(const fs::path& out, const SaveOptions& opts) const {
-  save_package(*impl_, out, opts);
+  try {
+    save_package(*impl_, out, opts);
+  } catch (const Error& e) {
+    // A plugin's weight transform failed while the weights were written.
+    if (!plugin_fault(e)) throw;
+    throw blame_plugin(e, describe_code(impl_->plugin, impl_->plugin_version, impl_->plugin_path),
+                       "writing the weights of '" + impl_->model_type + "'");
+  }
 }
 
 namespace {
 
 // A context with the user's options, and the checkpoint opened when weights are wanted.
 std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const fs::path& dir,
-                                          const BuildOptions& opts) {
+                                          const BuildOptions& opts,
+                                          std::optional<std::string> source_config) {
   auto impl = std::make_unique<ModelPackage::Impl>();
   impl->source_dir = dir;
   impl->model_type = model_type;
@@ -114,8 +150,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   impl->weight_dtype = opts.dtype;
   mobius_context& ctx = *impl->ctx;
   ctx.options.dtype = parse_dtype(opts.dtype);
-  ctx.execution_provider = opts.execution_provider;
-  ctx.options.execution_provider = ctx.execution_provider.c_str();
+  ctx.source_config = std::move(source_config);
   ctx.options.no_weights = opts.no_weights ? 1 : 0;
   ctx.quiet = opts.quiet;
   if (!opts.no_weights && !dir.empty()) {
@@ -137,9 +172,10 @@ void finish(ModelPackage::Impl& impl) {
 std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
                                                const std::string& config_text,
                                                const BuildOptions& opts) {
-  auto impl = start(reg.model_type, dir, opts);
+  auto impl = start(reg.model_type, dir, opts, config_text);
   impl->plugin = reg.plugin;
   impl->plugin_version = reg.version;
+  impl->plugin_path = reg.plugin_path;
   impl->normalized_config = reg.parse_config(impl->ctx.get(), config_text);
   reg.build(impl->ctx.get(), impl->normalized_config);
   finish(*impl);
@@ -150,11 +186,39 @@ ModelPackage build_with(const std::string& model_type,
                         const std::function<void(mobius_context*)>& build_fn,
                         const BuildOptions& opts, const fs::path& checkpoint_dir,
                         const std::string& normalized_config) {
-  auto impl = start(model_type, checkpoint_dir, opts);
+  auto impl = start(model_type, checkpoint_dir, opts,
+                    checkpoint_dir.empty() ? std::nullopt
+                                           : read_small_file(checkpoint_dir / "config.json"));
   impl->normalized_config = normalized_config;
   build_fn(impl->ctx.get());
   finish(*impl);
   return ModelPackage(std::move(impl));
+}
+
+ModelPackage build_with(const std::string& model_type, BuildCallback fn, void* user,
+                        const BuildOptions& opts, const fs::path& checkpoint_dir,
+                        const std::string& normalized_config) {
+  if (!fn) throw Error("[build] build_with: the build callback is NULL");
+  return build_with(
+      model_type,
+      [&](mobius_context* ctx) {
+        ctx->plugin_error.clear();
+        ctx->plugin_error_kind = 0;
+        mobius_status st = MOBIUS_ERROR;
+        try {
+          st = fn(user, host_api(), ctx);
+        } catch (...) {
+          throw Error(ErrorKind::Internal,
+                      "[build] the build callback of '" + model_type +
+                          "' let an exception cross the C ABI");
+        }
+        if (st == MOBIUS_OK) return;
+        if (ctx->plugin_error.empty())
+          throw Error(ErrorKind::Plugin,
+                      "[build] the build callback of '" + model_type + "' failed without a message");
+        throw Error(error_kind_from_abi(ctx->plugin_error_kind), ctx->plugin_error);
+      },
+      opts, checkpoint_dir, normalized_config);
 }
 
 ModelPackage build(const std::string& source, const BuildOptions& opts,
@@ -172,10 +236,17 @@ ModelPackage build(const std::string& source, const BuildOptions& opts,
   try {
     return ModelPackage(build_impl(reg, dir, ss.str(), opts));
   } catch (const Error& e) {
+    // Whose fault it is comes from the error's kind, which the plugin set across the ABI.
+    if (plugin_fault(e))
+      throw blame_plugin(e, describe_code(reg.plugin, reg.version, reg.plugin_path),
+                         "building '" + model_type + "'");
+    if (e.kind() != ErrorKind::Config) throw;
     std::string m = e.what();
-    if (m.rfind("[config]", 0) == 0 && m.find(cfg.string()) == std::string::npos)
-      throw Error("[config] " + cfg.string() + ": " + m.substr(9));
-    throw;
+    if (m.find(cfg.string()) != std::string::npos) throw;
+    if (m.rfind("[config] ", 0) == 0) m = m.substr(9);
+    throw Error(ErrorKind::Config, "[config] " + cfg.string() + ": " + m);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::Internal, "[internal] out of memory building '" + model_type + "'");
   }
 }
 

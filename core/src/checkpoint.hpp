@@ -49,6 +49,12 @@ class CheckpointReader {
   virtual std::string describe() const = 0;
 };
 
+// Opens the checkpoint in a model folder: safetensors whenever the folder has them
+// (model.safetensors or model.safetensors.index.json); the pickle format (pytorch_model.bin or
+// pytorch_model.bin.index.json, see pytorch_bin.hpp) only when it is all there is. Throws
+// mobius::Error naming the file and the reason.
+std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir);
+
 // Opens the checkpoint in a model folder: model.safetensors, or the shards named by
 // model.safetensors.index.json. Throws mobius::Error naming the file and the reason.
 std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir);

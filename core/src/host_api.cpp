@@ -1,7 +1,9 @@
 // host_api.cpp - the host's side of the C ABI: every entry validates its arguments, catches
-// every exception and turns it into a status plus last_error (the hourglass).
+// every exception and turns it into a status plus last_error (the hourglass). Structs from a
+// plugin are read through read_abi_struct: only the bytes its struct_size declares.
 #include <cstring>
 #include <iostream>
+#include <new>
 
 #include "context.hpp"
 #include "mobius/build.hpp"
@@ -23,15 +25,26 @@ namespace {
 
 thread_local std::string g_orphan_error;  // errors of calls made without a context
 
+// Records `message` as the last error without ever throwing itself.
+void record(mobius_context* ctx, const char* message) noexcept {
+  try {
+    (ctx ? ctx->last_error : g_orphan_error) = message;
+  } catch (...) {
+    // Out of memory for the message itself: the status still says the call failed.
+  }
+}
+
 template <class F>
-mobius_status guarded(mobius_context* ctx, F&& f) {
+mobius_status guarded(mobius_context* ctx, F&& f) noexcept {
   try {
     f();
     return MOBIUS_OK;
+  } catch (const std::bad_alloc&) {
+    record(ctx, "[internal] out of memory");
   } catch (const std::exception& e) {
-    (ctx ? ctx->last_error : g_orphan_error) = e.what();
+    record(ctx, e.what());
   } catch (...) {
-    (ctx ? ctx->last_error : g_orphan_error) = "unknown error";
+    record(ctx, "[internal] unknown exception in the host");
   }
   return MOBIUS_ERROR;
 }
@@ -48,9 +61,13 @@ void check_name(const std::string& name, const char* what) {
 
 bool known_dtype(int32_t dt) { return dtype_size(dt) != 0 || dt == MOBIUS_DTYPE_BOOL; }
 
-void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* t, const std::string& name) {
-  if (!t || t->struct_size < sizeof(mobius_tensor_type))
-    throw Error("[abi] '" + name + "': missing or truncated tensor type");
+mobius_tensor_type tensor_type(const mobius_tensor_type* t, const std::string& name) {
+  return read_abi_struct(t, MOBIUS_TENSOR_TYPE_SIZE_V1, "tensor type of '" + name + "'");
+}
+
+void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* type, const std::string& name) {
+  const mobius_tensor_type tv = tensor_type(type, name);
+  const mobius_tensor_type* t = &tv;
   if (!known_dtype(t->dtype))
     throw Error("[abi] '" + name + "': unknown dtype " + std::to_string(t->dtype));
   auto* tt = tp->mutable_tensor_type();
@@ -67,9 +84,11 @@ void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* t, const std::stri
   }
 }
 
-std::vector<int64_t> static_dims(const mobius_tensor_type* t, const std::string& name) {
-  if (!t || t->struct_size < sizeof(mobius_tensor_type) || t->rank < 0)
-    throw Error("[abi] '" + name + "': needs a ranked tensor type");
+std::vector<int64_t> static_dims(const mobius_tensor_type* type, const std::string& name) {
+  const mobius_tensor_type tv = tensor_type(type, name);
+  const mobius_tensor_type* t = &tv;
+  if (t->rank < 0) throw Error("[abi] '" + name + "': needs a ranked tensor type");
+  if (t->rank > 64) throw Error("[abi] '" + name + "': rank " + std::to_string(t->rank));
   if (t->rank > 0 && !t->dims) throw Error("[abi] '" + name + "': dims is NULL");
   std::vector<int64_t> dims;
   for (int32_t i = 0; i < t->rank; ++i) {
@@ -122,30 +141,54 @@ void api_log(mobius_context* ctx, int32_t level, const char* message) {
   if (ctx && ctx->quiet && level < MOBIUS_LOG_WARNING) return;
   if (level < MOBIUS_LOG_INFO) return;
   static const char* names[] = {"debug", "info", "warning", "error"};
-  std::cerr << "mobius: " << names[std::clamp(level, 0, 3)] << ": " << message << "\n";
+  try {
+    std::cerr << "mobius: " << names[std::clamp(level, 0, 3)] << ": " << message << "\n";
+  } catch (...) {
+    // A log line that cannot be written is dropped.
+  }
 }
 
 const char* api_last_error(mobius_context* ctx) {
   return ctx ? ctx->last_error.c_str() : g_orphan_error.c_str();
 }
 
-void api_set_error(mobius_context* ctx, const char* message) {
-  std::string m = message ? message : "unknown plugin error";
-  if (ctx) {
-    ctx->plugin_error = m;
-    ctx->last_error = m;
-  } else {
-    g_orphan_error = m;
+void api_set_error_kind(mobius_context* ctx, mobius_error_kind kind, const char* message) {
+  try {
+    // A copy first: the message may be last_error(ctx) itself.
+    std::string m = message ? message : "unknown plugin error";
+    if (ctx) {
+      ctx->plugin_error = m;
+      ctx->plugin_error_kind = kind;
+      ctx->last_error = m;
+    } else {
+      g_orphan_error = m;
+    }
+  } catch (...) {
+    if (ctx) ctx->plugin_error_kind = MOBIUS_ERROR_KIND_INTERNAL;
   }
+}
+
+// The version-1 call: a plugin error, unless the message says it is about the config.
+void api_set_error(mobius_context* ctx, const char* message) {
+  bool config = message && std::strncmp(message, "[config]", 8) == 0;
+  api_set_error_kind(ctx, config ? MOBIUS_ERROR_KIND_CONFIG : MOBIUS_ERROR_KIND_PLUGIN, message);
+}
+
+// The exception for a plugin callback that failed: the kind and message the plugin set, or
+// `fallback` (a plugin error) when it set none.
+Error plugin_failure(mobius_context* ctx, const std::string& fallback) {
+  if (ctx->plugin_error.empty()) return Error(ErrorKind::Plugin, fallback);
+  return Error(error_kind_from_abi(ctx->plugin_error_kind), ctx->plugin_error);
 }
 
 // --- registration ---
 
-mobius_status api_register_architecture(mobius_registrar* reg, const mobius_architecture* a) {
+mobius_status api_register_architecture(mobius_registrar* reg, const mobius_architecture* arch) {
   if (!reg) return MOBIUS_ERROR;
   try {
-    if (!a || a->struct_size < sizeof(mobius_architecture))
-      throw Error("[abi] register_architecture: missing or truncated architecture struct");
+    const mobius_architecture av =
+        read_abi_struct(arch, MOBIUS_ARCHITECTURE_SIZE_V1, "register_architecture: architecture");
+    const mobius_architecture* a = &av;
     std::string model_type = str(a->model_type, "model_type");
     std::string task = str(a->task, "task");
     check_name(model_type, "model type");
@@ -162,22 +205,46 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
     auto parse = a->parse_config;
     auto build = a->build;
     void* user = a->user;
-    r.parse_config = [parse, user](mobius_context* ctx, const std::string& json) {
-      std::string out;
+    r.parse_config = [parse, user, model_type](mobius_context* ctx, const std::string& json) {
+      struct Sink {
+        std::string text;
+        bool failed = false;
+      } out;
       mobius_string_sink sink{&out, [](void* o, const char* d, size_t n) {
-                                if (d) static_cast<std::string*>(o)->append(d, n);
+                                auto* s = static_cast<Sink*>(o);
+                                try {
+                                  if (d) s->text.append(d, n);
+                                } catch (...) {
+                                  s->failed = true;  // never throw into the plugin
+                                }
                               }};
       ctx->plugin_error.clear();
-      if (parse(user, ctx, json.c_str(), &sink) != MOBIUS_OK)
-        throw Error(ctx->plugin_error.empty() ? "[config] the plugin rejected the config"
-                                              : ctx->plugin_error);
-      return out;
+      ctx->plugin_error_kind = 0;
+      mobius_status st = MOBIUS_ERROR;
+      try {
+        st = parse(user, ctx, json.c_str(), &sink);
+      } catch (...) {
+        throw Error(ErrorKind::Internal, "[plugin] parse_config of '" + model_type +
+                                             "' let an exception cross the C ABI");
+      }
+      if (st != MOBIUS_OK)
+        throw plugin_failure(ctx, "[plugin] parse_config of '" + model_type +
+                                      "' failed without a message");
+      if (out.failed) throw Error(ErrorKind::Internal, "[internal] out of memory");
+      return std::move(out.text);
     };
-    r.build = [build, user](mobius_context* ctx, const std::string& json) {
+    r.build = [build, user, model_type](mobius_context* ctx, const std::string& json) {
       ctx->plugin_error.clear();
-      if (build(user, ctx, json.c_str()) != MOBIUS_OK)
-        throw Error(ctx->plugin_error.empty() ? "[build] the plugin's build failed"
-                                              : ctx->plugin_error);
+      ctx->plugin_error_kind = 0;
+      mobius_status st = MOBIUS_ERROR;
+      try {
+        st = build(user, ctx, json.c_str());
+      } catch (...) {
+        throw Error(ErrorKind::Internal,
+                    "[plugin] build of '" + model_type + "' let an exception cross the C ABI");
+      }
+      if (st != MOBIUS_OK)
+        throw plugin_failure(ctx, "[plugin] build of '" + model_type + "' failed without a message");
     };
     for (const auto& existing : reg->registrations)
       if (existing.model_type == model_type)
@@ -185,13 +252,24 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
     reg->registrations.push_back(std::move(r));
     return MOBIUS_OK;
   } catch (const std::exception& e) {
-    if (reg->error.empty()) reg->error = e.what();
+    try {
+      if (reg->error.empty()) reg->error = e.what();
+    } catch (...) {
+    }
+  } catch (...) {
+    try {
+      if (reg->error.empty()) reg->error = "[internal] unknown exception in the host";
+    } catch (...) {
+    }
   }
   return MOBIUS_ERROR;
 }
 
 void api_registrar_error(mobius_registrar* reg, const char* message) {
-  if (reg && reg->error.empty()) reg->error = message ? message : "unknown error";
+  try {
+    if (reg && reg->error.empty()) reg->error = message ? message : "unknown error";
+  } catch (...) {
+  }
 }
 
 const mobius_build_options* api_build_options(mobius_context* ctx) {
@@ -286,9 +364,11 @@ mobius_status api_add_constant(mobius_graph* g, const char* name, const mobius_t
   });
 }
 
-void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius_attribute* a) {
-  if (!a || a->struct_size < sizeof(mobius_attribute))
-    throw Error("[abi] missing or truncated attribute");
+void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius_attribute* attr,
+                    const std::string& node) {
+  const mobius_attribute av =
+      read_abi_struct(attr, MOBIUS_ATTRIBUTE_SIZE_V1, "attribute of node '" + node + "'");
+  const mobius_attribute* a = &av;
   std::string name = str(a->name, "attribute name");
   check_name(name, "attribute");
   out->set_name(name);
@@ -340,10 +420,11 @@ void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius
   }
 }
 
-mobius_status api_add_node(mobius_graph* g, const mobius_node* n) {
+mobius_status api_add_node(mobius_graph* g, const mobius_node* node_in) {
   return guarded(g ? g->ctx : nullptr, [&] {
     graph_checked(g);
-    if (!n || n->struct_size < sizeof(mobius_node)) throw Error("[abi] missing or truncated node");
+    const mobius_node nv = read_abi_struct(node_in, MOBIUS_NODE_SIZE_V1, "node");
+    const mobius_node* n = &nv;
     std::string op = str(n->op_type, "op_type");
     check_name(op, "op type");
     std::string domain = n->domain ? n->domain : "";
@@ -370,7 +451,7 @@ mobius_status api_add_node(mobius_graph* g, const mobius_node* n) {
       node.add_output(out);
     }
     for (size_t i = 0; i < n->n_attributes; ++i)
-      fill_attribute(g->ctx, node.add_attribute(), n->attributes[i]);
+      fill_attribute(g->ctx, node.add_attribute(), n->attributes[i], name);
     std::set<std::string> outs;
     for (const auto& out : node.output())
       if (!out.empty() && (g->defined.count(out) || !outs.insert(out).second))
@@ -440,21 +521,53 @@ mobius_status api_ignore_tensors(mobius_context* ctx, const char* pattern) {
   });
 }
 
+// Writes only the version-1 fields of `out`, which the caller's struct_size covers.
 mobius_status api_query_tensor(mobius_context* ctx, const char* name, mobius_tensor_info* out) {
-  if (!ctx || !name || !out || out->struct_size < sizeof(mobius_tensor_info)) return MOBIUS_ERROR;
-  if (!ctx->checkpoint) {
-    ctx->last_error = "[checkpoint] no checkpoint in this build";
-    return MOBIUS_ERROR;
-  }
-  const TensorMeta* m = ctx->checkpoint->find(name);
-  if (!m) {
-    ctx->last_error = std::string("[checkpoint] no tensor '") + name + "'";
-    return MOBIUS_ERROR;
-  }
-  out->dtype = m->dtype;
-  out->rank = static_cast<int32_t>(std::min<size_t>(m->shape.size(), 8));
-  for (int32_t i = 0; i < out->rank; ++i) out->dims[i] = m->shape[static_cast<size_t>(i)];
-  return MOBIUS_OK;
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    std::string n = str(name, "tensor name");
+    read_abi_struct(out, MOBIUS_TENSOR_INFO_SIZE_V1, "query_tensor of '" + n + "': result");
+    if (!ctx->checkpoint) throw Error("[checkpoint] no checkpoint in this build");
+    const TensorMeta* m = ctx->checkpoint->find(n);
+    if (!m) throw Error("[checkpoint] no tensor '" + n + "'");
+    constexpr size_t kMaxDims = sizeof(out->dims) / sizeof(out->dims[0]);
+    out->dtype = m->dtype;
+    out->rank = static_cast<int32_t>(std::min<size_t>(m->shape.size(), INT32_MAX));
+    if (m->shape.size() > kMaxDims)
+      throw Error("[checkpoint] tensor '" + n + "' has rank " + std::to_string(m->shape.size()) +
+                  "; query_tensor describes at most " + std::to_string(kMaxDims) + " dims");
+    for (int32_t i = 0; i < out->rank; ++i) out->dims[i] = m->shape[static_cast<size_t>(i)];
+  });
+}
+
+// --- appended after version 1 ---
+
+bool reserved_file(const std::string& n) {
+  return n == "model.onnx" || n == "model.onnx.data" || n == "mobius_provenance.json";
+}
+
+mobius_status api_add_runtime_file(mobius_context* ctx, const char* name, const void* data,
+                                   size_t size) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    std::string n = str(name, "runtime file name");
+    bool bare = !n.empty() && n.size() <= 255 && n[0] != '.' &&
+                n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                    "0123456789._-") == std::string::npos;
+    if (!bare)
+      throw Error("[abi] runtime file name '" + n.substr(0, 300) +
+                  "' is not a bare file name (letters, digits, '.', '_', '-'; not starting with '.')");
+    if (reserved_file(n)) throw Error("[abi] runtime file '" + n + "' is written by the host itself");
+    if (size && !data) throw Error("[abi] runtime file '" + n + "': data is NULL");
+    if (size > (64u << 20)) throw Error("[abi] runtime file '" + n + "' is larger than 64 MiB");
+    for (const auto& f : ctx->runtime_files)
+      if (f.first == n) throw Error("[abi] runtime file '" + n + "' added twice");
+    ctx->runtime_files.emplace_back(n, std::string(static_cast<const char*>(data), size));
+  });
+}
+
+const char* api_source_config(mobius_context* ctx) {
+  return ctx && ctx->source_config ? ctx->source_config->c_str() : nullptr;
 }
 
 mobius_host_api make_api() {
@@ -480,6 +593,9 @@ mobius_host_api make_api() {
   a.plan_transformed = &api_plan_transformed;
   a.ignore_tensors = &api_ignore_tensors;
   a.query_tensor = &api_query_tensor;
+  a.set_error_kind = &api_set_error_kind;
+  a.add_runtime_file = &api_add_runtime_file;
+  a.source_config = &api_source_config;
   return a;
 }
 
@@ -491,7 +607,12 @@ const mobius_host_api* host_api() {
 }
 
 void run_plugin_register(mobius_plugin_register_fn fn, mobius_registrar& reg) {
-  mobius_status st = fn(host_api(), &reg);
+  mobius_status st = MOBIUS_ERROR;
+  try {
+    st = fn(host_api(), &reg);
+  } catch (...) {
+    throw Error(ErrorKind::Internal, "mobius_plugin_register let an exception cross the C ABI");
+  }
   if (st != MOBIUS_OK)
     throw Error(reg.error.empty() ? "register() failed without a message" : reg.error);
   if (!reg.error.empty()) throw Error(reg.error);

@@ -16,6 +16,7 @@ struct ModelPackage::Impl {
   std::string model_type;
   std::string normalized_config;
   std::string plugin, plugin_version;  // who built the graph ("" for in-process builds)
+  std::string plugin_path;             // its library
   std::string weight_dtype = "f32";
   std::unique_ptr<CheckpointReader> checkpoint;
   std::unique_ptr<mobius_context> ctx;

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "checkpoint_files.hpp"
 #include "context.hpp"
 #include "mobius/error.hpp"
 
@@ -47,11 +48,6 @@ bool is_manifest(const fs::path& p) {
 }
 
 bool is_library(const fs::path& p) { return p.extension() == ".so"; }
-
-bool inside(const fs::path& child, const fs::path& root) {
-  auto rel = child.lexically_relative(root);
-  return !rel.empty() && *rel.begin() != ".." && !rel.is_absolute();
-}
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -115,7 +111,7 @@ std::vector<fs::path> default_plugin_dirs() {
     std::string build_root = MOBIUS_BUILD_ROOT;
     if (!build_root.empty()) {
       fs::path br = fs::canonical(build_root, ec);
-      if (!ec && inside(exe_dir, br) && fs::is_directory(br / "plugins")) {
+      if (!ec && path_within(br, exe_dir) && fs::is_directory(br / "plugins")) {
         out.push_back(br / "plugins");
         return out;  // run from the build tree: its plugins, never an installed copy
       }
@@ -173,14 +169,20 @@ void run_plugin(PluginRecord& rec, int priority, ModelRegistry& registry,
     throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_GET_INFO_SYMBOL +
                 "' (not a mobius plugin?)");
   auto get_info = lib.get<const mobius_plugin_info*()>(MOBIUS_PLUGIN_GET_INFO_SYMBOL);
-  const mobius_plugin_info* info = get_info();
-  if (!info || info->struct_size < sizeof(uint32_t) * 2)
+  const mobius_plugin_info* raw_info = nullptr;
+  try {
+    raw_info = get_info();
+  } catch (...) {
+    throw Error("mobius_plugin_get_info let an exception cross the C ABI");
+  }
+  if (!raw_info || !MOBIUS_HAS_FIELD(raw_info, mobius_plugin_info, abi_version))
     throw Error("mobius_plugin_get_info returned no valid info");
-  if (info->abi_version != MOBIUS_ABI_VERSION)
-    throw Error("plugin was built for ABI version " + std::to_string(info->abi_version) +
+  if (raw_info->abi_version != MOBIUS_ABI_VERSION)
+    throw Error("plugin was built for ABI version " + std::to_string(raw_info->abi_version) +
                 ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
-  if (info->struct_size < sizeof(mobius_plugin_info))
-    throw Error("mobius_plugin_get_info returned a truncated info struct");
+  const mobius_plugin_info info_v =
+      read_abi_struct(raw_info, MOBIUS_PLUGIN_INFO_SIZE_V1, "mobius_plugin_get_info's info");
+  const mobius_plugin_info* info = &info_v;
   std::string iname = info->name ? info->name : "";
   if (iname != rec.name)
     throw Error("manifest names the plugin '" + rec.name + "' but the library says '" + iname +
@@ -373,6 +375,8 @@ struct PluginHost::Impl {
   PluginScanner scan;
   std::vector<boost::dll::shared_library> libs;
   std::set<fs::path> seen;  // canonical manifests/libraries already considered
+  // Model types a load() asked for; empty: every plugin runs.
+  std::set<std::string> wanted;
 };
 
 PluginHost::PluginHost() : impl_(std::make_unique<Impl>()) {}
@@ -394,11 +398,19 @@ PluginRecord PluginHost::load_one(const fs::path& path, int priority, const std:
       fs::path root = fs::canonical(path.parent_path(), ec);
       fs::path real = fs::canonical(rec.library, ec);
       if (ec) throw Error("library " + rec.library.filename().string() + " not found beside the manifest");
-      if (!inside(real, root))
+      if (!path_within(root, real))
         throw Error("library " + rec.library.string() + " resolves outside the plugin folder");
     } else {
       rec.library = path;
       throw Error("no manifest: expected plugin.yaml (or <name>.plugin.yaml) beside the library");
+    }
+
+    // A command that needs only some model types reads the other plugins' manifests alone.
+    if (!impl_->wanted.empty() &&
+        std::none_of(rec.model_types.begin(), rec.model_types.end(),
+                     [&](const std::string& t) { return impl_->wanted.count(t) > 0; })) {
+      rec.deferred = true;
+      return rec;
     }
 
     // A plugin not yet known to be safe runs first in a child process: if it crashes or hangs
@@ -416,7 +428,13 @@ PluginRecord PluginHost::load_one(const fs::path& path, int priority, const std:
 }
 
 std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& dirs,
-                                           ModelRegistry& registry) {
+                                           ModelRegistry& registry,
+                                           const std::vector<std::string>& only_model_types) {
+  impl_->wanted = std::set<std::string>(only_model_types.begin(), only_model_types.end());
+  struct Reset {
+    std::set<std::string>& w;
+    ~Reset() { w.clear(); }
+  } reset{impl_->wanted};
   std::vector<PluginRecord> out;
   // Higher priority first, so a type from --plugin-path wins over the installed one and the
   // lower one is recorded as shadowed.
@@ -455,7 +473,13 @@ std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& d
         fs::path cm = fs::weakly_canonical(m, ec);
         if (!impl_->seen.insert(cm).second) continue;
         PluginRecord rec = load_one(m, d.priority, d.origin, registry);
-        if (!rec.library.empty()) claimed.insert(fs::weakly_canonical(rec.library, ec));
+        if (!rec.library.empty()) {
+          // Its library is accounted for, also when the same folder is reached again through
+          // another entry of the search path (then the manifest is skipped as seen).
+          fs::path cl = fs::weakly_canonical(rec.library, ec);
+          claimed.insert(cl);
+          impl_->seen.insert(cl);
+        }
         out.push_back(std::move(rec));
       }
       for (const auto& l : libs) {

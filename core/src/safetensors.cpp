@@ -2,26 +2,18 @@
 //
 // Checkpoints come from strangers, so every header field is checked before it is trusted: the
 // reader must never crash, hang, over-allocate or read outside the checkpoint folder. Headers
-// are parsed with nlohmann's SAX interface straight into small structs: no DOM is built (a
-// 100 MiB header of tiny JSON values would otherwise blow up in memory), duplicate keys are
-// seen (a DOM silently keeps the last one) and parsing stops at the first bad field.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// are parsed with nlohmann's SAX interface straight into small structs (json_sax.hpp). Opening
+// files, the index and the shard rules are the checkpoint layer's (checkpoint_files.hpp).
 #include <algorithm>
-#include <cerrno>
 #include <limits>
-#include <map>
-#include <new>
 #include <set>
-#include <system_error>
-#include <unordered_map>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "checkpoint_files.hpp"
+#include "json_sax.hpp"
 #include "mobius/plugin.h"
 
 namespace mobius {
@@ -30,195 +22,23 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr const char* kSingleName = "model.safetensors";
-constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const CheckpointFormat& kFormat = kSafetensorsFormat;
 // Same order of magnitude as the reference implementation's limit; real headers are < 1 MiB.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-constexpr uint64_t kMaxIndexBytes = uint64_t{100} << 20;
 // No real tensor comes close; the cap stops a header of "[0,0,0,...]" from costing 4x its size.
 constexpr size_t kMaxRank = 64;
-// Names in messages are attacker-controlled: cap their length so a message stays readable.
-constexpr size_t kMaxShown = 200;
-
-// Printable rendering of an untrusted string: control bytes escaped, long strings cut on a
-// UTF-8 character boundary.
-std::string printable(std::string_view s) {
-  bool cut = false;
-  if (s.size() > kMaxShown) {
-    size_t n = kMaxShown;
-    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-    s = s.substr(0, n);
-    cut = true;
-  }
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (cut) out += "...";
-  return out;
-}
-
-std::string quote_name(std::string_view s) { return "'" + printable(s) + "'"; }
 
 [[noreturn]] void fail(const std::string& file, const std::string& reason) {
-  throw Error("[safetensors] " + file + ": " + reason);
-}
-
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    if (i == 8) {
-      s += "...";
-      break;
-    }
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::string range_text(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Files
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-
- private:
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-};
-
-struct OpenedFile {
-  Fd fd;
-  uint64_t size = 0;
-};
-
-// Opens a regular file for reading. O_NONBLOCK keeps a FIFO planted under a checkpoint name
-// from blocking the open forever; the S_ISREG check then rejects it (and devices, directories).
-OpenedFile open_regular(const fs::path& path, const std::string& display, bool no_follow) {
-  int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  if (no_follow) flags |= O_NOFOLLOW;
-  int raw;
-  do {
-    raw = ::open(path.c_str(), flags);
-  } while (raw < 0 && errno == EINTR);
-  if (raw < 0) {
-    const int err = errno;
-    fail(display, "cannot open: " + errno_text(err));
-  }
-  OpenedFile file{Fd(raw), 0};
-  struct stat st {};
-  if (::fstat(raw, &st) != 0) {
-    const int err = errno;
-    fail(display, "cannot stat: " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) fail(display, "not a regular file");
-  // Regular-file reads ignore O_NONBLOCK; clear it anyway so the descriptor is ordinary.
-  const int fl = ::fcntl(raw, F_GETFL);
-  if (fl >= 0) ::fcntl(raw, F_SETFL, fl & ~O_NONBLOCK);
-  file.size = static_cast<uint64_t>(st.st_size);
-  return file;
-}
-
-// Reads exactly n bytes at offset off. Returns 0 on success, -1 when the file ends first
-// (it shrank since it was validated), or an errno value.
-int pread_exact(int fd, char* dst, uint64_t n, uint64_t off) {
-  // Linux transfers at most ~2 GiB per call; smaller requests also keep other threads moving.
-  constexpr uint64_t kChunk = uint64_t{1} << 30;
-  while (n > 0) {
-    const size_t want = static_cast<size_t>(std::min(n, kChunk));
-    const ssize_t got = ::pread(fd, dst, want, static_cast<off_t>(off));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (got == 0) return -1;
-    dst += got;
-    n -= static_cast<uint64_t>(got);
-    off += static_cast<uint64_t>(got);
-  }
-  return 0;
+  kFormat.fail(file, reason);
 }
 
 void read_or_fail(const OpenedFile& file, const std::string& display, char* dst, uint64_t n,
                   uint64_t off, const std::string& what) {
-  const int r = pread_exact(file.fd.get(), dst, n, off);
-  if (r == -1) fail(display, "unexpected end of file reading " + what);
-  if (r != 0) fail(display, "read error on " + what + ": " + errno_text(r));
+  check_read(pread_exact(file.fd.get(), dst, n, off), kFormat, display, what);
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON parsing (SAX)
-
-// Shared parts of the two handlers: skipping values the reader ignores, and parse errors.
-class SaxBase {
- public:
-  explicit SaxBase(const char* what) : what_(what) {}
-  std::string error;  // the first problem found; parsing stops there
-
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
-    if (error.empty()) {
-      // what() reads "[json.exception.parse_error.101] parse error at ..."; the id adds nothing
-      // for a user, and the text can quote a long stretch of the input, so it is clipped.
-      std::string_view text = ex.what();
-      const size_t close = text.find("] ");
-      if (close != std::string_view::npos) text.remove_prefix(close + 2);
-      error = std::string(what_) + " is not valid JSON: " + printable(text);
-    }
-    return false;
-  }
-
- protected:
-  // While skip_depth_ > 0 every event belongs to a value being ignored.
-  bool skipping() const { return skip_depth_ > 0; }
-  void begin_skip() { skip_depth_ = 1; }
-  bool skip_open() {
-    ++skip_depth_;
-    return true;
-  }
-  // Returns true when the ignored value just ended.
-  bool skip_close() { return --skip_depth_ == 0; }
-  bool reject(std::string message) {
-    if (error.empty()) error = std::move(message);
-    return false;
-  }
-
- private:
-  const char* what_;
-  int64_t skip_depth_ = 0;
-};
+// Header parsing (SAX)
 
 struct DtypeEntry {
   std::string_view name;
@@ -246,15 +66,29 @@ struct Entry {
   uint64_t nbytes = 0;
 };
 
+// What the next value of a header must be.
+enum class HeaderExpect {
+  Root,       // the header itself: an object
+  Key,        // inside an object, between values
+  Metadata,   // the value of "__metadata__": an object
+  MetaValue,  // a metadata value: a string
+  Entry,      // a tensor entry: an object
+  Dtype,      // a string
+  Shape,      // an array of dimensions
+  Dim,        // inside shape: a non-negative integer
+  Offsets,    // data_offsets: an array
+  Offset,     // inside data_offsets: a non-negative integer
+  Ignored,    // an unknown field's value, of any type
+  End         // the header object has closed
+};
+
 // Parses {"name": {"dtype": s, "shape": [n...], "data_offsets": [b, e]}, "__metadata__": {s: s}}.
 // Unknown fields inside a tensor entry are skipped, as the reference implementation does.
-class HeaderSax : public SaxBase {
+class HeaderSax : public SaxHandler<HeaderSax, HeaderExpect> {
  public:
-  HeaderSax() : SaxBase("header") {}
+  HeaderSax() : SaxHandler("header") {}
   std::vector<Entry> entries;
 
-  bool null() { return scalar(); }
-  bool boolean(bool) { return scalar(); }
   bool number_integer(json::number_integer_t v) {
     if (v >= 0) return number_unsigned(static_cast<uint64_t>(v));
     if (skipping()) return true;
@@ -292,9 +126,6 @@ class HeaderSax : public SaxBase {
     }
     return wrong_type();
   }
-  bool number_float(json::number_float_t, const json::string_t&) { return scalar(); }
-  bool binary(json::binary_t&) { return scalar(); }
-
   bool string(json::string_t& s) {
     if (skipping()) return true;
     switch (expect_) {
@@ -430,36 +261,12 @@ class HeaderSax : public SaxBase {
   }
 
  private:
-  // Where the parser is, and what the next value must be.
+  friend class SaxHandler<HeaderSax, HeaderExpect>;
+  using Expect = HeaderExpect;
+  // Where the parser is.
   enum class In { None, Top, Meta, Tensor, Shape, Offsets };
-  enum class Expect {
-    Root,       // the header itself: an object
-    Key,        // inside an object, between values
-    Metadata,   // the value of "__metadata__": an object
-    MetaValue,  // a metadata value: a string
-    Entry,      // a tensor entry: an object
-    Dtype,      // a string
-    Shape,      // an array of dimensions
-    Dim,        // inside shape: a non-negative integer
-    Offsets,    // data_offsets: an array
-    Offset,     // inside data_offsets: a non-negative integer
-    Ignored,    // an unknown field's value, of any type
-    End         // the header object has closed
-  };
 
   Entry& cur() { return entries.back(); }
-
-  // A value inside an object is complete: the next event is a key or the object's end.
-  bool done() {
-    expect_ = Expect::Key;
-    return true;
-  }
-
-  bool scalar() {
-    if (skipping()) return true;
-    if (expect_ == Expect::Ignored) return done();
-    return wrong_type();
-  }
 
   // The current event does not fit what expect_ asks for.
   bool wrong_type() {
@@ -484,138 +291,11 @@ class HeaderSax : public SaxBase {
   }
 
   In in_ = In::None;
-  Expect expect_ = Expect::Root;
   unsigned fields_ = 0;
   bool seen_metadata_ = false;
   std::set<std::string> meta_keys_;
   std::string meta_key_;
 };
-
-// Parses {"metadata": {...}, "weight_map": {tensor: shard}}; other top-level keys are ignored.
-class IndexSax : public SaxBase {
- public:
-  IndexSax() : SaxBase("index") {}
-  std::vector<std::pair<std::string, std::string>> weights;  // tensor name, shard name
-  bool has_weight_map = false;
-
-  bool null() { return scalar(); }
-  bool boolean(bool) { return scalar(); }
-  bool number_integer(json::number_integer_t) { return scalar(); }
-  bool number_unsigned(json::number_unsigned_t) { return scalar(); }
-  bool number_float(json::number_float_t, const json::string_t&) { return scalar(); }
-  bool binary(json::binary_t&) { return scalar(); }
-
-  bool string(json::string_t& s) {
-    if (skipping()) return true;
-    if (expect_ == Expect::Ignored) return done();
-    if (expect_ == Expect::Shard) {
-      weights.back().second = std::move(s);
-      return done();
-    }
-    return wrong_type();
-  }
-
-  bool start_object(std::size_t) {
-    if (skipping()) return skip_open();
-    switch (expect_) {
-      case Expect::Ignored:
-      case Expect::Metadata:  // its contents (e.g. total_size) are not needed
-        begin_skip();
-        return true;
-      case Expect::Root: in_ = In::Top; return done();
-      case Expect::WeightMap: in_ = In::WeightMap; return done();
-      default: return wrong_type();
-    }
-  }
-
-  bool key(json::string_t& k) {
-    if (skipping()) return true;
-    if (in_ == In::Top) {
-      if (k == "weight_map") {
-        if (has_weight_map) return reject("duplicate key 'weight_map'");
-        has_weight_map = true;
-        expect_ = Expect::WeightMap;
-      } else if (k == "metadata") {
-        if (seen_metadata_) return reject("duplicate key 'metadata'");
-        seen_metadata_ = true;
-        expect_ = Expect::Metadata;
-      } else {
-        expect_ = Expect::Ignored;
-      }
-      return true;
-    }
-    weights.emplace_back(std::move(k), std::string());
-    expect_ = Expect::Shard;
-    return true;
-  }
-
-  bool end_object() {
-    if (skipping()) return skip_close() ? done() : true;
-    if (in_ == In::WeightMap) {
-      in_ = In::Top;
-      return done();
-    }
-    expect_ = Expect::End;
-    return true;
-  }
-
-  bool start_array(std::size_t) {
-    if (skipping()) return skip_open();
-    if (expect_ == Expect::Ignored) {
-      begin_skip();
-      return true;
-    }
-    return wrong_type();
-  }
-
-  bool end_array() {
-    if (skipping()) return skip_close() ? done() : true;
-    return wrong_type();
-  }
-
- private:
-  enum class In { None, Top, WeightMap };
-  enum class Expect { Root, Key, Metadata, WeightMap, Shard, Ignored, End };
-
-  bool done() {
-    expect_ = Expect::Key;
-    return true;
-  }
-  bool scalar() {
-    if (skipping()) return true;
-    if (expect_ == Expect::Ignored) return done();
-    return wrong_type();
-  }
-  bool wrong_type() {
-    switch (expect_) {
-      case Expect::Root: return reject("index is not a JSON object");
-      case Expect::Metadata: return reject("metadata is not an object");
-      case Expect::WeightMap: return reject("weight_map is not an object");
-      case Expect::Shard:
-        return reject("weight_map entry for tensor " + quote_name(weights.back().first) +
-                      " is not a string");
-      default: return reject("index has an unexpected JSON structure");
-    }
-  }
-
-  In in_ = In::None;
-  Expect expect_ = Expect::Root;
-  bool seen_metadata_ = false;
-};
-
-template <typename Sax>
-void run_sax(const std::string& text, Sax& sax, const std::string& display, const char* what) {
-  bool ok = false;
-  try {
-    ok = json::sax_parse(text, &sax, json::input_format_t::json, /*strict=*/true,
-                         /*ignore_comments=*/false);
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(display, std::string(what) + " is not valid JSON: " + printable(e.what()));
-  }
-  if (!ok) fail(display, sax.error.empty() ? std::string(what) + " is not valid JSON" : sax.error);
-}
 
 // ---------------------------------------------------------------------------------------------
 // safetensors files
@@ -656,7 +336,7 @@ ParsedFile parse_safetensors(const OpenedFile& file, const std::string& display)
     std::string header(static_cast<size_t>(header_len), '\0');
     read_or_fail(file, display, header.data(), header_len, 8, "the header");
     HeaderSax sax;
-    run_sax(header, sax, display, "header");
+    run_sax(header, sax, kFormat, display, "header");
     parsed.entries = std::move(sax.entries);
   }
   std::vector<Entry>& entries = parsed.entries;
@@ -679,12 +359,12 @@ ParsedFile parse_safetensors(const OpenedFile& file, const std::string& display)
     for (int64_t d : e.shape) {
       if (d == 0) empty = true;
       if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product)) {
-        fail(display, who() + " shape " + shape_text(e.shape) + " has too many elements");
+        fail(display, who() + " shape " + dims_text(e.shape) + " has too many elements");
       }
     }
     const uint64_t count = empty ? 0 : static_cast<uint64_t>(product);
     if (__builtin_mul_overflow(count, static_cast<uint64_t>(dtype_size(e.dtype)), &e.nbytes)) {
-      fail(display, who() + " shape " + shape_text(e.shape) + " has too many bytes");
+      fail(display, who() + " shape " + dims_text(e.shape) + " has too many bytes");
     }
     if (e.begin > e.end) {
       fail(display, who() + " offsets " + range_text(e.begin, e.end) + " out of order");
@@ -695,7 +375,7 @@ ParsedFile parse_safetensors(const OpenedFile& file, const std::string& display)
     }
     if (e.end - e.begin != e.nbytes) {
       fail(display, who() + " byte length " + std::to_string(e.end - e.begin) + " does not match " +
-                        std::string(st_dtype_name(e.dtype)) + " x " + shape_text(e.shape) + " = " +
+                        std::string(st_dtype_name(e.dtype)) + " x " + dims_text(e.shape) + " = " +
                         std::to_string(e.nbytes) + " bytes");
     }
   }
@@ -737,243 +417,93 @@ struct Location {
   uint64_t offset = 0;  // absolute file offset of the first byte
 };
 
-// One opened and validated shard (the single file counts as one).
-struct Shard {
-  std::string display;  // printable name, for messages
-  fs::path path;        // reported in TensorMeta::file
-  Fd fd;
-  ParsedFile parsed;
-};
-
-class SafetensorsReader final : public CheckpointReader {
+class SafetensorsReader final : public TableReader<Location> {
  public:
-  SafetensorsReader(std::vector<Shard> shards, std::string description)
-      : description_(std::move(description)) {
-    // Merge all shards' tensors in name order. The entries' strings and shapes are moved, not
-    // copied, so peak memory stays close to the final tables.
-    std::vector<std::pair<size_t, size_t>> order;  // (shard, entry)
-    for (size_t s = 0; s < shards.size(); ++s) {
-      for (size_t i = 0; i < shards[s].parsed.entries.size(); ++i) order.emplace_back(s, i);
-    }
-    const auto entry = [&](const std::pair<size_t, size_t>& r) -> Entry& {
-      return shards[r.first].parsed.entries[r.second];
-    };
-    std::sort(order.begin(), order.end(),
-              [&](const auto& a, const auto& b) { return entry(a).name < entry(b).name; });
-    tensors_.reserve(order.size());
-    locations_.reserve(order.size());
-    for (const auto& r : order) {
-      Entry& e = entry(r);
-      const Shard& shard = shards[r.first];
-      tensors_.push_back(
-          TensorMeta{std::move(e.name), e.dtype, std::move(e.shape), shard.path, e.nbytes});
-      locations_.push_back(Location{r.first, shard.parsed.data_start + e.begin});
-    }
-    for (Shard& shard : shards) {
-      fds_.push_back(std::move(shard.fd));
-      shard_names_.push_back(std::move(shard.display));
-    }
-  }
+  SafetensorsReader(std::vector<TensorMeta> tensors, std::vector<Location> locations,
+                    std::vector<OwnedFd> fds, std::vector<std::string> shard_names,
+                    std::string description)
+      : TableReader(kFormat, std::move(tensors), std::move(locations), std::move(shard_names),
+                    std::move(description)),
+        fds_(std::move(fds)) {}
 
-  const std::vector<TensorMeta>& tensors() const override { return tensors_; }
-
-  const TensorMeta* find(std::string_view name) const override {
-    auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                               [](const TensorMeta& t, std::string_view n) { return t.name < n; });
-    return it != tensors_.end() && it->name == name ? &*it : nullptr;
-  }
-
-  // The reader is immutable after construction and pread does not move the file offset, so
-  // concurrent calls share the descriptors safely.
+  // pread does not move the file offset, so concurrent calls share the descriptors safely.
   void read(const TensorMeta& meta, void* dst) const override {
-    // meta may be a copy; the caller's nbytes sized dst, so it must match what will be written.
-    const TensorMeta* mine = find(meta.name);
-    if (!mine) {
-      throw Error("[safetensors] " + description_ + ": no tensor " + quote_name(meta.name));
-    }
-    const Location& loc = locations_[static_cast<size_t>(mine - tensors_.data())];
-    const std::string& display = shard_names_[loc.shard];
-    const std::string who = "tensor " + quote_name(meta.name);
-    if (mine->nbytes != meta.nbytes) {
-      fail(display, who + " is " + std::to_string(mine->nbytes) +
-                        " bytes, but the request is for " + std::to_string(meta.nbytes));
-    }
+    const Location& loc = locate_for_read(meta);
     if (meta.nbytes == 0) return;
-    const int r =
-        pread_exact(fds_[loc.shard].get(), static_cast<char*>(dst), meta.nbytes, loc.offset);
-    if (r == -1) fail(display, "unexpected end of file reading " + who + " (file truncated?)");
-    if (r != 0) fail(display, "read error on " + who + ": " + errno_text(r));
+    check_read(pread_exact(fds_[loc.shard].get(), static_cast<char*>(dst), meta.nbytes, loc.offset),
+               kFormat, shard_display(loc), "tensor " + quote_name(meta.name),
+               " (file truncated?)");
   }
 
   std::optional<FileExtent> extent(const TensorMeta& meta) const override {
-    const TensorMeta* mine = find(meta.name);
-    if (!mine || mine->nbytes != meta.nbytes) return std::nullopt;
-    const Location& loc = locations_[static_cast<size_t>(mine - tensors_.data())];
-    return FileExtent{fds_[loc.shard].get(), loc.offset};
+    const Location* loc = locate(meta);
+    if (!loc) return std::nullopt;
+    return FileExtent{fds_[loc->shard].get(), loc->offset};
   }
 
-  std::string describe() const override { return description_; }
-
  private:
-  std::vector<TensorMeta> tensors_;  // sorted by name
-  std::vector<Location> locations_;  // parallel to tensors_
-  std::vector<Fd> fds_;              // one per shard, open for the reader's lifetime
-  std::vector<std::string> shard_names_;
-  std::string description_;
+  std::vector<OwnedFd> fds_;  // one per shard, open for the reader's lifetime
+};
+
+// The opened and validated shards (the single file counts as one), gathered into a reader.
+struct Shards {
+  std::vector<TensorMeta> tensors;
+  std::vector<Location> locations;
+  std::vector<OwnedFd> fds;
+  std::vector<std::string> displays;
+
+  // Validates one shard and takes its tensors. The entries' strings and shapes are moved, not
+  // copied, so peak memory stays close to the final tables.
+  void add(size_t shard, const fs::path& path, const std::string& display, OpenedFile file) {
+    ParsedFile parsed = parse_safetensors(file, display);
+    for (Entry& e : parsed.entries) {
+      tensors.push_back(TensorMeta{std::move(e.name), e.dtype, std::move(e.shape), path, e.nbytes});
+      locations.push_back(Location{shard, parsed.data_start + e.begin});
+    }
+    if (fds.size() <= shard) {
+      fds.resize(shard + 1);
+      displays.resize(shard + 1);
+    }
+    fds[shard] = std::move(file.fd);
+    displays[shard] = display;
+  }
+
+  std::unique_ptr<CheckpointReader> reader(std::string description) {
+    return std::make_unique<SafetensorsReader>(std::move(tensors), std::move(locations),
+                                               std::move(fds), std::move(displays),
+                                               std::move(description));
+  }
 };
 
 std::unique_ptr<CheckpointReader> open_single(const fs::path& dir) {
-  std::vector<Shard> shards(1);
-  Shard& shard = shards[0];
-  shard.display = kSingleName;
-  shard.path = dir / kSingleName;
-  OpenedFile file = open_regular(shard.path, kSingleName, /*no_follow=*/false);
-  shard.parsed = parse_safetensors(file, kSingleName);
-  shard.fd = std::move(file.fd);
-  return std::make_unique<SafetensorsReader>(std::move(shards), "safetensors (1 file)");
-}
-
-// Why a shard name from the index is unacceptable, or "" when it is fine. Names are checked
-// lexically first so that no path outside the folder is ever touched.
-std::string bad_shard_name(const std::string& name) {
-  if (name.empty()) return "empty shard name";
-  if (name.find('\0') != std::string::npos) return "shard " + quote_name(name) + " contains NUL";
-  if (name[0] == '/' || name[0] == '\\' || fs::path(name).is_absolute() ||
-      fs::path(name).has_root_name()) {
-    return "shard " + quote_name(name) + " is an absolute path";
-  }
-  size_t start = 0;
-  while (start <= name.size()) {
-    // Backslashes count as separators too, for checkpoints meant to be portable to Windows.
-    size_t stop = name.find_first_of("/\\", start);
-    if (stop == std::string::npos) stop = name.size();
-    if (name.compare(start, stop - start, "..") == 0) {
-      return "shard " + quote_name(name) + " has a '..' component";
-    }
-    start = stop + 1;
-  }
-  return "";
-}
-
-bool is_inside(const fs::path& root, const fs::path& p) {
-  auto [r, q] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
-  return r == root.end() && q != p.end();
+  Shards shards;
+  const fs::path path = dir / kFormat.single_name;
+  shards.add(0, path, kFormat.single_name,
+             open_regular_file(path, kFormat.single_name, /*no_follow=*/false, kFormat));
+  return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Single, 1));
 }
 
 std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
-  std::vector<std::pair<std::string, std::string>> weights;
-  {
-    OpenedFile index = open_regular(dir / kIndexName, kIndexName, /*no_follow=*/false);
-    if (index.size > kMaxIndexBytes) {
-      fail(kIndexName, "file is " + std::to_string(index.size) + " bytes, over the 100 MiB limit");
-    }
-    std::string text(static_cast<size_t>(index.size), '\0');
-    read_or_fail(index, kIndexName, text.data(), index.size, 0, "the index");
-    IndexSax sax;
-    run_sax(text, sax, kIndexName, "index");
-    if (!sax.has_weight_map) fail(kIndexName, "no weight_map");
-    weights = std::move(sax.weights);
+  const ShardIndex index = read_shard_index(dir, kFormat);
+  Shards shards;
+  open_shards(dir, index, kFormat,
+              [&](size_t shard, const fs::path& path, const std::string& display, OpenedFile file) {
+                shards.add(shard, path, display, std::move(file));
+              });
+  std::vector<std::vector<std::string_view>> names(shards.displays.size());
+  for (size_t i = 0; i < shards.tensors.size(); ++i) {
+    names[shards.locations[i].shard].push_back(shards.tensors[i].name);
   }
-  if (weights.empty()) fail(kIndexName, "weight_map lists no tensors");
-  std::sort(weights.begin(), weights.end());
-  for (size_t i = 1; i < weights.size(); ++i) {
-    if (weights[i].first == weights[i - 1].first) {
-      fail(kIndexName, "tensor " + quote_name(weights[i].first) + " is listed twice in weight_map");
-    }
-  }
-
-  // Shards in name order: ids are stable and messages deterministic.
-  std::map<std::string, size_t> shard_ids;
-  for (const auto& w : weights) shard_ids.emplace(w.second, 0);
-  for (const auto& [name, id] : shard_ids) {
-    const std::string reason = bad_shard_name(name);
-    if (!reason.empty()) fail(kIndexName, reason);
-  }
-
-  std::error_code ec;
-  const fs::path canon_dir = fs::canonical(dir, ec);
-  if (ec) throw Error("[checkpoint] " + dir.string() + ": cannot resolve: " + ec.message());
-
-  std::vector<Shard> shards;
-  shards.reserve(shard_ids.size());
-  for (auto& [name, id] : shard_ids) {
-    Shard& shard = shards.emplace_back();
-    shard.display = printable(name);
-    shard.path = dir / name;
-    // Symlinks are followed only if they stay inside the folder: the canonical path is checked,
-    // then that exact path is opened without following a final symlink, so a link swapped in
-    // between the two steps fails to open instead of escaping.
-    const fs::path canon = fs::canonical(shard.path, ec);
-    if (ec) {
-      if (ec == std::errc::no_such_file_or_directory) {
-        fail(kIndexName, "shard " + quote_name(name) + " does not exist");
-      }
-      fail(kIndexName, "shard " + quote_name(name) + " cannot be resolved: " + ec.message());
-    }
-    if (!is_inside(canon_dir, canon)) {
-      fail(kIndexName, "shard " + quote_name(name) + " resolves outside the checkpoint folder");
-    }
-    OpenedFile file = open_regular(canon, shard.display, /*no_follow=*/true);
-    shard.parsed = parse_safetensors(file, shard.display);
-    shard.fd = std::move(file.fd);
-    id = shards.size() - 1;
-  }
-
-  // Cross-check shards against the index: each tensor stored exactly once, in the shard the
-  // index names, and every indexed tensor present.
-  {
-    std::unordered_map<std::string_view, size_t> found;  // tensor name -> shard id
-    for (size_t s = 0; s < shards.size(); ++s) {
-      for (const Entry& e : shards[s].parsed.entries) {
-        auto [it, inserted] = found.emplace(e.name, s);
-        if (!inserted) {
-          fail(shards[s].display, "tensor " + quote_name(e.name) + " is in two shards, '" +
-                                      shards[it->second].display + "' and '" + shards[s].display +
-                                      "'");
-        }
-      }
-    }
-    const auto lookup = [&](std::string_view tensor) -> const std::string* {
-      auto it = std::lower_bound(weights.begin(), weights.end(), tensor,
-                                 [](const std::pair<std::string, std::string>& w,
-                                    std::string_view n) { return w.first < n; });
-      return it != weights.end() && it->first == tensor ? &it->second : nullptr;
-    };
-    for (size_t s = 0; s < shards.size(); ++s) {
-      for (const Entry& e : shards[s].parsed.entries) {
-        const std::string* mapped = lookup(e.name);
-        if (!mapped) {
-          fail(shards[s].display,
-               "tensor " + quote_name(e.name) + " is not listed in " + kIndexName);
-        }
-        if (shard_ids.at(*mapped) != s) {
-          fail(shards[s].display, "tensor " + quote_name(e.name) + " is listed in " + kIndexName +
-                                      " under shard " + quote_name(*mapped));
-        }
-      }
-    }
-    for (const auto& [tensor, shard] : weights) {
-      if (!found.count(tensor)) {
-        fail(kIndexName, "tensor " + quote_name(tensor) + " is mapped to shard " +
-                             quote_name(shard) + ", which does not contain it");
-      }
-    }
-  }
-
-  const size_t n = shards.size();
-  return std::make_unique<SafetensorsReader>(
-      std::move(shards), "safetensors (" + std::to_string(n) + (n == 1 ? " shard)" : " shards)"));
+  check_shards_against_index(dir, index, names, shards.displays, kFormat);
+  const size_t n = shards.displays.size();
+  return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Sharded, n));
 }
 
 }  // namespace
 
 std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir) {
-  std::error_code ec;
-  // symlink_status, not exists(): a dangling model.safetensors link should be reported as such
-  // rather than silently falling back to the index.
-  if (fs::exists(fs::symlink_status(dir / kSingleName, ec))) return open_single(dir);
-  if (fs::exists(fs::symlink_status(dir / kIndexName, ec))) return open_sharded(dir);
-  throw Error("[checkpoint] " + dir.string() + ": no " + kSingleName + " or " + kIndexName);
+  if (checkpoint_layout(dir, kFormat) == CheckpointLayout::Single) return open_single(dir);
+  return open_sharded(dir);
 }
 
 }  // namespace mobius

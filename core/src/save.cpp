@@ -13,12 +13,12 @@
 #include <thread>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <map>
+#include <vector>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_files.hpp"
 #include "onnx/checker.h"
 #include "package.hpp"
 
@@ -157,11 +157,26 @@ void copy_runtime_files(const fs::path& src, const fs::path& dst) {
     // Never follow a link out of the checkpoint folder.
     fs::path real = fs::canonical(p, ec);
     if (ec) continue;
-    auto rel = real.lexically_relative(root);
-    if (rel.empty() || *rel.begin() == "..") continue;
-    fs::copy_file(real, dst / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw Error("[save] cannot copy " + p.string() + ": " + ec.message());
+    if (!path_within(root, real)) continue;
+    Fd in(real, O_RDONLY);
+    Fd out(dst / name, O_WRONLY | O_CREAT | O_TRUNC);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      ssize_t n = ::read(in.get(), buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(sys_error("cannot copy", p));
+      if (n == 0) break;
+      out.write_all(buf.data(), static_cast<size_t>(n));
+    }
+    out.sync();
   }
+}
+
+// Writes a whole small file and fsyncs it: every file of OUT is on disk before the rename.
+void write_file_synced(const fs::path& p, const std::string& bytes, int flags = O_TRUNC) {
+  Fd f(p, O_WRONLY | O_CREAT | flags);
+  f.write_all(bytes.data(), bytes.size());
+  f.sync();
 }
 
 std::string human_bytes(double b) {
@@ -252,75 +267,16 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
   }
 }
 
-// genai_config.json for onnxruntime-genai, when the graph has the plain key/value cache it
-// describes (hybrid or latent caches have no such description, so none is written).
-void write_genai_config(const ModelPackage::Impl& pkg, const onnx::ModelProto& model,
-                        const fs::path& dir) {
-  nlohmann::json cfg = nlohmann::json::parse(pkg.normalized_config, nullptr, false);
-  if (!cfg.is_object() || !cfg.contains("num_hidden_layers")) return;
-  std::map<std::string, const onnx::ValueInfoProto*> inputs;
-  for (const auto& i : model.graph().input()) inputs[i.name()] = &i;
-  int64_t layers = cfg.value("num_hidden_layers", int64_t{0});
-  for (int64_t i = 0; i < layers; ++i)
-    if (!inputs.count("past_key_values." + std::to_string(i) + ".key") ||
-        !inputs.count("past_key_values." + std::to_string(i) + ".value"))
-      return;
-  if (layers == 0 || !inputs.count("input_ids")) return;
-  const auto& shape = inputs.at("past_key_values.0.key")->type().tensor_type().shape();
-  if (shape.dim_size() != 4) return;
-  nlohmann::json src = nlohmann::json::object();
-  try {
-    std::ifstream in(pkg.source_dir / "config.json");
-    if (in) src = nlohmann::json::parse(in);
-    if (src.contains("text_config") && src["text_config"].is_object()) src.update(src["text_config"]);
-  } catch (const std::exception&) {
-    src = nlohmann::json::object();
+// The files the plugin handed over for the runtime (add_runtime_file, e.g. genai_config.json),
+// written byte for byte as given and fsynced; the host does not read them.
+void write_runtime_files(const mobius_context& ctx, const fs::path& dir) {
+  for (const auto& [name, bytes] : ctx.runtime_files) {
+    fs::path p = dir / name;
+    if (fs::exists(p))
+      throw Error("[save] the plugin's runtime file " + name +
+                  " would replace the one copied from the checkpoint");
+    write_file_synced(p, bytes, O_EXCL);
   }
-  auto token = [&](const char* key, nlohmann::json def) {
-    auto it = src.find(key);
-    return it != src.end() && !it->is_null() ? *it : def;
-  };
-  int64_t context = cfg.value("max_position_embeddings", int64_t{4096});
-  nlohmann::json decoder = {
-      {"filename", "model.onnx"},
-      {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", nlohmann::json::array()}}},
-      {"head_size", shape.dim(3).dim_value()},
-      {"hidden_size", cfg.value("hidden_size", int64_t{0})},
-      {"num_attention_heads", cfg.value("num_attention_heads", int64_t{0})},
-      {"num_key_value_heads", shape.dim(1).dim_value()},
-      {"num_hidden_layers", layers},
-      {"inputs",
-       {{"input_ids", "input_ids"},
-        {"attention_mask", "attention_mask"},
-        {"position_ids", "position_ids"},
-        {"past_key_names", "past_key_values.%d.key"},
-        {"past_value_names", "past_key_values.%d.value"}}},
-      {"outputs",
-       {{"logits", "logits"},
-        {"present_key_names", "present.%d.key"},
-        {"present_value_names", "present.%d.value"}}}};
-  nlohmann::json genai = {
-      {"model",
-       {{"type", pkg.model_type},
-        {"context_length", context},
-        {"vocab_size", cfg.value("vocab_size", int64_t{0})},
-        {"bos_token_id", token("bos_token_id", 1)},
-        {"eos_token_id", token("eos_token_id", 2)},
-        {"pad_token_id", token("pad_token_id", token("eos_token_id", 0))},
-        {"decoder", decoder}}},
-      {"search",
-       {{"do_sample", false},
-        {"early_stopping", true},
-        {"max_length", context},
-        {"min_length", 0},
-        {"num_beams", 1},
-        {"num_return_sequences", 1},
-        {"past_present_share_buffer", false},
-        {"repetition_penalty", 1.0},
-        {"temperature", 1.0},
-        {"top_k", 1},
-        {"top_p", 1.0}}}};
-  std::ofstream(dir / "genai_config.json") << genai.dump(2) << "\n";
 }
 
 // What built this folder: enough to reproduce it. No timestamps, so rebuilding the same input
@@ -335,7 +291,7 @@ void write_provenance(const ModelPackage::Impl& pkg, const fs::path& dir) {
                       {"checkpoint", pkg.checkpoint ? pkg.checkpoint->describe() : "none"},
                       {"onnx_ir_version", kIrVersion},
                       {"onnx_opset", kOpsetVersion}};
-  std::ofstream(dir / "mobius_provenance.json") << p.dump(2) << "\n";
+  write_file_synced(dir / "mobius_provenance.json", p.dump(2) + "\n");
 }
 
 }  // namespace
@@ -410,7 +366,7 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
     }
   }
   copy_runtime_files(pkg.source_dir, tmp.path());
-  write_genai_config(pkg, model, tmp.path());
+  write_runtime_files(ctx, tmp.path());
   write_provenance(pkg, tmp.path());
   fsync_dir(tmp.path());
 

@@ -13,7 +13,7 @@
 #include <set>
 
 #include "mobius/error.hpp"
-#include "mobius/sdk/half.hpp"
+#include "mobius/half.h"
 
 namespace mobius {
 namespace {
@@ -50,8 +50,8 @@ double load(int32_t dt, const uint8_t* p) {
   switch (dt) {
     case MOBIUS_DTYPE_FLOAT: { float v; std::memcpy(&v, p, 4); return v; }
     case MOBIUS_DTYPE_DOUBLE: { double v; std::memcpy(&v, p, 8); return v; }
-    case MOBIUS_DTYPE_FLOAT16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_float(v); }
-    case MOBIUS_DTYPE_BFLOAT16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
+    case MOBIUS_DTYPE_FLOAT16: { uint16_t v; std::memcpy(&v, p, 2); return mobius_f16_to_f32(v); }
+    case MOBIUS_DTYPE_BFLOAT16: { uint16_t v; std::memcpy(&v, p, 2); return mobius_bf16_to_f32(v); }
     case MOBIUS_DTYPE_INT64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
     case MOBIUS_DTYPE_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
     case MOBIUS_DTYPE_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
@@ -69,8 +69,8 @@ void store(int32_t dt, uint8_t* p, double v) {
   switch (dt) {
     case MOBIUS_DTYPE_FLOAT: { auto f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
     case MOBIUS_DTYPE_DOUBLE: std::memcpy(p, &v, 8); return;
-    case MOBIUS_DTYPE_FLOAT16: { uint16_t h = float_to_f16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
-    case MOBIUS_DTYPE_BFLOAT16: { uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
+    case MOBIUS_DTYPE_FLOAT16: { uint16_t h = mobius_f32_to_f16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
+    case MOBIUS_DTYPE_BFLOAT16: { uint16_t h = mobius_f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); return; }
     case MOBIUS_DTYPE_INT64: { auto i = static_cast<int64_t>(v); std::memcpy(p, &i, 8); return; }
     case MOBIUS_DTYPE_INT32: { auto i = static_cast<int32_t>(v); std::memcpy(p, &i, 4); return; }
     case MOBIUS_DTYPE_INT16: { auto i = static_cast<int16_t>(v); std::memcpy(p, &i, 2); return; }
@@ -96,14 +96,14 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16
     __m256 v = _mm256_loadu_ps(in + i);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) out[i] = float_to_f16(in[i]);
+  for (; i < n; ++i) out[i] = mobius_f32_to_f16(in[i]);
 }
 
 __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-  for (; i < n; ++i) out[i] = f16_to_float(in[i]);
+  for (; i < n; ++i) out[i] = mobius_f16_to_f32(in[i]);
 }
 
 __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint8_t* in, float* out, size_t n) {
@@ -148,7 +148,7 @@ void to_f32(int32_t from, const uint8_t* s, float* out, size_t n) {
         size_t k = std::min<size_t>(4096, n - i);
         std::memcpy(h, s + 2 * i, k * 2);
         if (has_f16c()) f16_to_f32_f16c(h, out + i, k);
-        else for (size_t j = 0; j < k; ++j) out[i + j] = f16_to_float(h[j]);
+        else for (size_t j = 0; j < k; ++j) out[i + j] = mobius_f16_to_f32(h[j]);
       }
       return;
     }
@@ -165,14 +165,14 @@ void from_f32(int32_t to, const float* in, uint8_t* d, size_t n) {
       for (size_t i = 0; i < n; i += 4096) {
         size_t k = std::min<size_t>(4096, n - i);
         if (has_f16c()) f32_to_f16_f16c(in + i, h, k);
-        else for (size_t j = 0; j < k; ++j) h[j] = float_to_f16(in[i + j]);
+        else for (size_t j = 0; j < k; ++j) h[j] = mobius_f32_to_f16(in[i + j]);
         std::memcpy(d + 2 * i, h, k * 2);
       }
       return;
     }
     case MOBIUS_DTYPE_BFLOAT16:
       for (size_t i = 0; i < n; ++i) {
-        uint16_t h = float_to_bf16(in[i]);
+        uint16_t h = mobius_f32_to_bf16(in[i]);
         std::memcpy(d + 2 * i, &h, 2);
       }
       return;
@@ -232,7 +232,13 @@ uint64_t PlannedInitializer::nbytes() const { return numel(shape) * dtype_size(d
 StreamingWeightPlan::~StreamingWeightPlan() {
   for (auto& i : inits_)
     if (auto* t = std::get_if<StreamingTransformedWeightSource>(&i.source))
-      if (i.has_source && t->release) t->release(t->user);
+      if (i.has_source && t->release) {
+        try {
+          t->release(t->user);
+        } catch (...) {
+          // A plugin's release callback must not throw; nothing can be done about it here.
+        }
+      }
 }
 
 void StreamingWeightPlan::declare(const std::string& name, int32_t dtype,
@@ -326,7 +332,7 @@ void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::str
     }
     msg += "\n  " + e;
   }
-  throw Error(msg);
+  throw Error(ErrorKind::Checkpoint, msg);
 }
 
 void StreamingWeightPlan::materialize(const PlannedInitializer& init, const CheckpointReader* cp,
@@ -383,9 +389,16 @@ void StreamingWeightPlan::materialize(const PlannedInitializer& init, const Chec
     ov.data = out.data();
     ov.nbytes = out.size() * sizeof(float);
     char err[512] = {0};
-    if (x->fn(x->user, ptrs.data(), ptrs.size(), &ov, err, sizeof(err)) != MOBIUS_OK)
-      throw Error("[weights] transform of '" + init.name + "' failed: " +
-                  (err[0] ? std::string(err) : "no reason given"));
+    mobius_status st = MOBIUS_ERROR;
+    try {
+      st = x->fn(x->user, ptrs.data(), ptrs.size(), &ov, err, sizeof(err));
+    } catch (...) {
+      throw Error(ErrorKind::Internal, "[weights] transform of '" + init.name +
+                                           "' let an exception cross the C ABI");
+    }
+    if (st != MOBIUS_OK)
+      throw Error(ErrorKind::Plugin, "[weights] transform of '" + init.name + "' failed: " +
+                                         (err[0] ? std::string(err) : "no reason given"));
     convert_elements(MOBIUS_DTYPE_FLOAT, out.data(), init.dtype, dst, out.size());
   } else {
     throw Error("[weights] initializer '" + init.name + "' has no source");
@@ -401,7 +414,7 @@ constexpr uint64_t kChunk = 16u << 20;        // cast/copy granularity: bounds m
 constexpr uint64_t kKernelChunk = 64u << 20;  // copy_file_range step between cancellation polls
 
 [[noreturn]] void io_error(const std::string& what) {
-  throw Error("[save] " + what + ": " + std::strerror(errno));
+  throw Error(ErrorKind::Io, "[save] " + what + ": " + std::strerror(errno));
 }
 
 void pwrite_all(int fd, const void* data, uint64_t n, uint64_t off) {
@@ -426,7 +439,8 @@ void pread_all(int fd, void* data, uint64_t n, uint64_t off, const std::string& 
       if (errno == EINTR) continue;
       io_error("reading tensor '" + name + "' failed");
     }
-    if (r == 0) throw Error("[save] unexpected end of file reading tensor '" + name + "'");
+    if (r == 0)
+      throw Error(ErrorKind::Io, "[save] unexpected end of file reading tensor '" + name + "'");
     p += r;
     off += static_cast<uint64_t>(r);
     n -= static_cast<uint64_t>(r);
@@ -464,7 +478,8 @@ void copy_range(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t n,
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
-      if (r == 0) throw Error("[save] unexpected end of file reading tensor '" + name + "'");
+      if (r == 0)
+        throw Error(ErrorKind::Io, "[save] unexpected end of file reading tensor '" + name + "'");
       if (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP &&
           errno != EBADF && errno != EPERM)
         io_error("copying tensor '" + name + "' failed");

@@ -97,7 +97,15 @@ Value Graph::lookup(const std::string& name) const {
 Value Graph::input(const std::string& name, const TensorType& type) {
   AbiTensorType t(type);
   check(ctx_->host()->add_input(handle_, name.c_str(), &t.abi), "input '" + name + "'");
-  return make_value(name, type);
+  Value v = make_value(name, type);
+  inputs_.emplace(name, v.id_);
+  return v;
+}
+
+std::optional<TensorType> Graph::input_type(const std::string& name) const {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end()) return std::nullopt;
+  return values_[it->second].type;
 }
 
 void Graph::output(Value v, const std::string& name) {
@@ -302,7 +310,12 @@ std::vector<Value> Graph::node(const std::string& op_type, const std::vector<Val
 BuildContext::BuildContext(const mobius_host_api* host, mobius_context* ctx)
     : host_(host), ctx_(ctx) {
   if (!host_ || host_->abi_version != MOBIUS_ABI_VERSION)
-    throw Error("[sdk] host speaks an unexpected ABI version");
+    throw Error(MOBIUS_ERROR_KIND_INTERNAL, "[sdk] host speaks an unexpected ABI version");
+  if (host_->struct_size < MOBIUS_HOST_API_SIZE_V1)
+    throw Error(MOBIUS_ERROR_KIND_INTERNAL,
+                "[sdk] the host's function table is " + std::to_string(host_->struct_size) +
+                    " bytes, smaller than version 1's " +
+                    std::to_string(MOBIUS_HOST_API_SIZE_V1));
   main_ = std::make_unique<Graph>(this, host_->main_graph(ctx_));
 }
 
@@ -310,6 +323,32 @@ void BuildContext::check(mobius_status st, const std::string& what) const {
   if (st == MOBIUS_OK) return;
   const char* msg = host_->last_error(ctx_);
   throw Error(std::string(msg && *msg ? msg : "host call failed") + " (" + what + ")");
+}
+
+void BuildContext::require_slot(bool present, const char* slot) const {
+  if (present) return;
+  throw Error(MOBIUS_ERROR_KIND_PLUGIN,
+              std::string("[sdk] the host is too old for this plugin: its function table (") +
+                  std::to_string(host_->struct_size) + " bytes) has no '" + slot +
+                  "' slot; use a newer mobius");
+}
+
+bool BuildContext::host_has_runtime_files() const {
+  return MOBIUS_HAS_FIELD(host_, mobius_host_api, add_runtime_file) && host_->add_runtime_file;
+}
+
+void BuildContext::add_runtime_file(const std::string& name, const std::string& bytes) {
+  require_slot(host_has_runtime_files(), "add_runtime_file");
+  check(host_->add_runtime_file(ctx_, name.c_str(), bytes.data(), bytes.size()),
+        "runtime file '" + name + "'");
+}
+
+std::optional<std::string> BuildContext::source_config() const {
+  if (!MOBIUS_HAS_FIELD(host_, mobius_host_api, source_config) || !host_->source_config)
+    return std::nullopt;
+  const char* text = host_->source_config(ctx_);
+  if (!text) return std::nullopt;
+  return std::string(text);
 }
 
 DType BuildContext::weight_dtype() const {
@@ -341,6 +380,13 @@ void BuildContext::plan_expert_bank(const std::string& initializer,
 }
 
 namespace {
+void reason(char* err, size_t err_size, const char* what) {
+  if (!err || !err_size) return;
+  std::strncpy(err, what, err_size - 1);
+  err[err_size - 1] = '\0';
+}
+
+// A transform callback from the host: no exception leaves it.
 mobius_status run_transform(void* user, const mobius_tensor_view* const* inputs, size_t n,
                             mobius_tensor_view* output, char* err, size_t err_size) {
   try {
@@ -353,13 +399,14 @@ mobius_status run_transform(void* user, const mobius_tensor_view* const* inputs,
     }
     (*fn)(in, static_cast<float*>(output->data), output->nbytes / sizeof(float));
     return MOBIUS_OK;
+  } catch (const std::bad_alloc&) {
+    reason(err, err_size, "[internal] out of memory in the transform");
   } catch (const std::exception& e) {
-    if (err && err_size) {
-      std::strncpy(err, e.what(), err_size - 1);
-      err[err_size - 1] = '\0';
-    }
-    return MOBIUS_ERROR;
+    reason(err, err_size, e.what());
+  } catch (...) {
+    reason(err, err_size, "[internal] the transform threw an unknown exception");
   }
+  return MOBIUS_ERROR;
 }
 void release_transform(void* user) { delete static_cast<WeightTransform*>(user); }
 }  // namespace
@@ -383,7 +430,19 @@ std::optional<BuildContext::TensorInfo> BuildContext::query_tensor(
     const std::string& name) const {
   mobius_tensor_info info{};
   info.struct_size = sizeof(info);
-  if (host_->query_tensor(ctx_, name.c_str(), &info) != MOBIUS_OK) return std::nullopt;
+  constexpr int32_t kMaxDims = static_cast<int32_t>(sizeof(info.dims) / sizeof(info.dims[0]));
+  if (host_->query_tensor(ctx_, name.c_str(), &info) != MOBIUS_OK) {
+    // A tensor with more dims than the struct holds is an error, never a truncated shape.
+    if (info.rank > kMaxDims) {
+      const char* msg = host_->last_error(ctx_);
+      throw Error(MOBIUS_ERROR_KIND_CHECKPOINT,
+                  msg && *msg ? std::string(msg)
+                              : "[checkpoint] tensor '" + name + "' has rank " +
+                                    std::to_string(info.rank) + ", more than " +
+                                    std::to_string(kMaxDims));
+    }
+    return std::nullopt;
+  }
   TensorInfo r{static_cast<DType>(info.dtype), {}};
   for (int i = 0; i < info.rank && i < 8; ++i) r.dims.push_back(info.dims[i]);
   return r;

@@ -1,7 +1,9 @@
-// plugin.cpp - the C callbacks behind PluginRegistrar::add: exceptions become status + message.
+// plugin.cpp - the C callbacks behind PluginRegistrar::add: exceptions become a status, an error
+// kind and a message; and the text-generation task's runtime files.
 #include "mobius/sdk/plugin.hpp"
 
 #include <deque>
+#include <new>
 
 namespace mobius {
 namespace {
@@ -20,42 +22,41 @@ std::deque<Entry>& entries() {
   return e;
 }
 
-void fail(const mobius_host_api* host, mobius_context* ctx, const char* what) {
-  if (host && host->set_error) host->set_error(ctx, what);
-}
-
 mobius_status parse_cb(void* user, mobius_context* ctx, const char* config_json,
                        mobius_string_sink* out) {
   auto* e = static_cast<Entry*>(user);
-  try {
+  return detail::run_guarded(e->host, ctx, MOBIUS_ERROR_KIND_CONFIG, [&] {
+    // config.json as the user gave it: a JSON error here is a config error.
     nlohmann::json in = nlohmann::json::parse(config_json ? config_json : "");
     std::string s = e->parse(in).dump();
     out->write(out->opaque, s.data(), s.size());
-    return MOBIUS_OK;
-  } catch (const nlohmann::json::exception& ex) {
-    fail(e->host, ctx, (std::string("[config] ") + ex.what()).c_str());
-  } catch (const std::exception& ex) {
-    fail(e->host, ctx, ex.what());
-  } catch (...) {
-    fail(e->host, ctx, "[config] unknown error in plugin");
-  }
-  return MOBIUS_ERROR;
+  });
 }
 
 mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json) {
   auto* e = static_cast<Entry*>(user);
-  try {
+  return detail::run_guarded(e->host, ctx, MOBIUS_ERROR_KIND_PLUGIN, [&] {
     BuildContext bc(e->host, ctx);
-    e->build(bc, nlohmann::json::parse(config_json ? config_json : ""));
-    return MOBIUS_OK;
-  } catch (const nlohmann::json::exception& ex) {
-    fail(e->host, ctx, (std::string("[config] ") + ex.what()).c_str());
-  } catch (const std::exception& ex) {
-    fail(e->host, ctx, ex.what());
-  } catch (...) {
-    fail(e->host, ctx, "[build] unknown error in plugin");
+    // The normalized config is the plugin's own output: a problem reading it is the plugin's.
+    nlohmann::json cfg = nlohmann::json::parse(config_json ? config_json : "");
+    e->build(bc, cfg);
+    if (e->task == "text-generation") detail::add_text_generation_files(bc, e->model_type, cfg);
+  });
+}
+
+void report_to_host(const mobius_host_api* host, mobius_context* ctx, mobius_error_kind kind,
+                    const std::string& message) {
+  if (!host) return;
+  if (MOBIUS_HAS_FIELD(host, mobius_host_api, set_error_kind) && host->set_error_kind) {
+    host->set_error_kind(ctx, kind, message.c_str());
+  } else if (host->set_error) {
+    // A host without kinds reads "[config]" as a config error and anything else as the plugin's.
+    bool tagged = message.rfind("[config]", 0) == 0;
+    if (kind == MOBIUS_ERROR_KIND_CONFIG && !tagged)
+      host->set_error(ctx, ("[config] " + message).c_str());
+    else
+      host->set_error(ctx, message.c_str());
   }
-  return MOBIUS_ERROR;
 }
 
 }  // namespace
@@ -81,8 +82,11 @@ void PluginRegistrar::add_each(const std::vector<std::string>& model_types, cons
 }
 
 namespace detail {
+
 mobius_status run_register(const mobius_host_api* host, mobius_registrar* reg, RegisterFn fn) {
-  if (!host || host->abi_version != MOBIUS_ABI_VERSION) return MOBIUS_ERROR;
+  if (!host || host->abi_version != MOBIUS_ABI_VERSION ||
+      host->struct_size < MOBIUS_HOST_API_SIZE_V1)
+    return MOBIUS_ERROR;
   try {
     PluginRegistrar r(host, reg);
     fn(r);
@@ -94,6 +98,109 @@ mobius_status run_register(const mobius_host_api* host, mobius_registrar* reg, R
   }
   return MOBIUS_ERROR;
 }
+
+void report_current_exception(const mobius_host_api* host, mobius_context* ctx,
+                              mobius_error_kind unspecified) noexcept {
+  try {
+    mobius_error_kind kind = MOBIUS_ERROR_KIND_INTERNAL;
+    std::string message;
+    try {
+      throw;
+    } catch (const Error& e) {
+      kind = e.kind() ? e.kind() : unspecified;
+      message = e.what();
+    } catch (const nlohmann::json::exception& e) {
+      // Reading JSON: config.json while parsing it; the plugin's own normalized config later.
+      kind = unspecified == MOBIUS_ERROR_KIND_CONFIG ? MOBIUS_ERROR_KIND_CONFIG
+                                                     : MOBIUS_ERROR_KIND_PLUGIN;
+      message = (kind == MOBIUS_ERROR_KIND_CONFIG ? "[config] " : "[plugin] ") +
+                std::string(e.what());
+    } catch (const std::bad_alloc&) {
+      kind = MOBIUS_ERROR_KIND_INTERNAL;
+      message = "[internal] out of memory in the plugin";
+    } catch (const std::exception& e) {
+      kind = MOBIUS_ERROR_KIND_PLUGIN;
+      message = std::string("[plugin] unexpected exception: ") + e.what();
+    } catch (...) {
+      kind = MOBIUS_ERROR_KIND_INTERNAL;
+      message = "[internal] unknown exception in the plugin";
+    }
+    report_to_host(host, ctx, kind, message);
+  } catch (...) {
+    // Out of memory while reporting: the status alone says the callback failed.
+  }
+}
+
+void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
+                               const nlohmann::json& cfg) {
+  if (!ctx.host_has_runtime_files()) return;  // such a host writes genai_config.json itself
+  if (!cfg.is_object() || !cfg.contains("num_hidden_layers")) return;
+  const Graph& g = ctx.graph();
+  int64_t layers = cfg.value("num_hidden_layers", int64_t{0});
+  for (int64_t i = 0; i < layers; ++i)
+    if (!g.input_type("past_key_values." + std::to_string(i) + ".key") ||
+        !g.input_type("past_key_values." + std::to_string(i) + ".value"))
+      return;
+  if (layers == 0 || !g.input_type("input_ids")) return;
+  const TensorType key = *g.input_type("past_key_values.0.key");
+  if (!key.rank_known || key.dims.size() != 4) return;
+  auto dim_value = [&](size_t i) -> int64_t {
+    return key.dims[i].is_static() ? key.dims[i].size : 0;
+  };
+  nlohmann::json src = nlohmann::json::object();
+  try {
+    if (std::optional<std::string> text = ctx.source_config()) src = nlohmann::json::parse(*text);
+    if (src.contains("text_config") && src["text_config"].is_object()) src.update(src["text_config"]);
+  } catch (const std::exception&) {
+    src = nlohmann::json::object();
+  }
+  auto token = [&](const char* k, nlohmann::json def) {
+    auto it = src.find(k);
+    return it != src.end() && !it->is_null() ? *it : def;
+  };
+  int64_t context = cfg.value("max_position_embeddings", int64_t{4096});
+  nlohmann::json decoder = {
+      {"filename", "model.onnx"},
+      {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", nlohmann::json::array()}}},
+      {"head_size", dim_value(3)},
+      {"hidden_size", cfg.value("hidden_size", int64_t{0})},
+      {"num_attention_heads", cfg.value("num_attention_heads", int64_t{0})},
+      {"num_key_value_heads", dim_value(1)},
+      {"num_hidden_layers", layers},
+      {"inputs",
+       {{"input_ids", "input_ids"},
+        {"attention_mask", "attention_mask"},
+        {"position_ids", "position_ids"},
+        {"past_key_names", "past_key_values.%d.key"},
+        {"past_value_names", "past_key_values.%d.value"}}},
+      {"outputs",
+       {{"logits", "logits"},
+        {"present_key_names", "present.%d.key"},
+        {"present_value_names", "present.%d.value"}}}};
+  nlohmann::json genai = {
+      {"model",
+       {{"type", model_type},
+        {"context_length", context},
+        {"vocab_size", cfg.value("vocab_size", int64_t{0})},
+        {"bos_token_id", token("bos_token_id", 1)},
+        {"eos_token_id", token("eos_token_id", 2)},
+        {"pad_token_id", token("pad_token_id", token("eos_token_id", 0))},
+        {"decoder", decoder}}},
+      {"search",
+       {{"do_sample", false},
+        {"early_stopping", true},
+        {"max_length", context},
+        {"min_length", 0},
+        {"num_beams", 1},
+        {"num_return_sequences", 1},
+        {"past_present_share_buffer", false},
+        {"repetition_penalty", 1.0},
+        {"temperature", 1.0},
+        {"top_k", 1},
+        {"top_p", 1.0}}}};
+  ctx.add_runtime_file("genai_config.json", genai.dump(2) + "\n");
+}
+
 }  // namespace detail
 
 }  // namespace mobius

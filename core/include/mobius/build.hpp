@@ -13,10 +13,10 @@
 
 namespace mobius {
 
+// The graph uses standard ONNX ops only (the ABI's execution_provider is always "cpu").
 struct BuildOptions {
-  std::string dtype = "f32";               // weight dtype: f32 | f16 | bf16
-  std::string execution_provider = "cpu";  // cpu: standard ONNX ops only
-  bool no_weights = false;                 // build the graph only (no checkpoint needed)
+  std::string dtype = "f32";  // weight dtype: f32 | f16 | bf16
+  bool no_weights = false;    // build the graph only (no checkpoint needed)
   bool quiet = false;
 };
 
@@ -52,7 +52,9 @@ class ModelPackage {
 
 // Builds `source` (a local checkpoint folder) with the architecture the registry has for its
 // config.json model_type. Header-only preflight runs here: a checkpoint that does not fit
-// throws before anything is written.
+// throws before anything is written. The error's kind says whose fault a failure is: a config
+// error names config.json; a failure inside the plugin's code (ErrorKind::Plugin or Internal)
+// names the plugin.
 ModelPackage build(const std::string& source, const BuildOptions& opts,
                    const ModelRegistry& registry);
 
@@ -64,6 +66,15 @@ ModelPackage build_with(const std::string& model_type,
                         const BuildOptions& opts, const std::filesystem::path& checkpoint_dir = {},
                         const std::string& normalized_config = "{}");
 
+// The same with a build callback in C terms, as a plugin's build is called: it builds through
+// `host` and reports a failure with host->set_error_kind before returning non-zero. This is
+// how SDK code compiled into a program hands its graph to the host (the SDK's module_build.hpp).
+using BuildCallback = mobius_status (*)(void* user, const mobius_host_api* host,
+                                        mobius_context* ctx);
+ModelPackage build_with(const std::string& model_type, BuildCallback fn, void* user,
+                        const BuildOptions& opts, const std::filesystem::path& checkpoint_dir = {},
+                        const std::string& normalized_config = "{}");
+
 // The host's C function table, for code that builds graphs in-process.
 const mobius_host_api* host_api();
 
@@ -71,5 +82,8 @@ const mobius_host_api* host_api();
 // is not registered). Throws mobius::Error naming the file and key.
 std::string config_model_type(const std::filesystem::path& config_file,
                               const ModelRegistry* registry = nullptr);
+// Every model type a config.json names: its model_type, then its text_config's (when either is
+// present), for choosing which plugins to load. Throws mobius::Error naming the file.
+std::vector<std::string> config_model_types(const std::filesystem::path& config_file);
 
 }  // namespace mobius

@@ -27,6 +27,9 @@ struct PluginRecord {
   std::string origin;
   int priority = 0;
   bool loaded = false;
+  // The manifest was read and is valid, but none of its model types was asked for, so none of
+  // the plugin's code ran (see PluginHost::load's only_model_types).
+  bool deferred = false;
   std::string error;  // one line: why it did not load
 };
 
@@ -46,9 +49,12 @@ class PluginHost {
   PluginHost& operator=(const PluginHost&) = delete;
 
   // Discovers and loads every plugin under `dirs` into `registry`. Never throws for a bad
-  // plugin: its record carries the reason and every other plugin still loads.
+  // plugin: its record carries the reason and every other plugin still loads. With
+  // `only_model_types`, every manifest is still read and checked, but only the plugins whose
+  // manifest lists one of those model types are probed and loaded; the others are `deferred`.
   std::vector<PluginRecord> load(const std::vector<PluginSearchDir>& dirs,
-                                 ModelRegistry& registry);
+                                 ModelRegistry& registry,
+                                 const std::vector<std::string>& only_model_types = {});
   // Loads one plugin from its manifest (or a bare library) into `registry`.
   PluginRecord load_one(const std::filesystem::path& manifest_or_library, int priority,
                         const std::string& origin, ModelRegistry& registry);

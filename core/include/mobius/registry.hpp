@@ -11,7 +11,8 @@
 
 namespace mobius {
 
-// One registered architecture. The callbacks throw mobius::Error with the plugin's message.
+// One registered architecture. The callbacks throw mobius::Error with the plugin's message and
+// the kind it reported (a plugin error when it reported none).
 struct Registration {
   std::string model_type;
   std::string task;

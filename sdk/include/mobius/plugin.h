@@ -22,7 +22,17 @@
  *
  * Every function returns MOBIUS_OK (0) on success. On failure a host function
  * records a message retrievable with `last_error(ctx)`; a plugin callback that fails
- * calls `set_error(ctx, msg)` before returning a non-zero status.
+ * calls `set_error_kind(ctx, kind, msg)` (`set_error(ctx, msg)` on a host without that slot)
+ * before returning a non-zero status.
+ *
+ * Reading a struct written by the other side:
+ *   - a struct whose struct_size is below its MOBIUS_*_SIZE_V1 is refused: it cannot hold
+ *     the fields of version 1;
+ *   - a field appended after version 1 is read only when MOBIUS_HAS_FIELD says the writer's
+ *     struct holds it; otherwise it takes its documented default;
+ *   - a larger struct than the reader knows is fine: the fields past its own are ignored.
+ * This holds for the host's function table too: a plugin checks
+ * MOBIUS_HAS_FIELD(host, mobius_host_api, slot) before calling a slot added after version 1.
  */
 #ifndef MOBIUS_PLUGIN_H
 #define MOBIUS_PLUGIN_H
@@ -45,6 +55,20 @@ extern "C" {
 typedef int32_t mobius_status;
 #define MOBIUS_OK 0
 #define MOBIUS_ERROR 1
+
+/* Bytes of `type` up to and including `field`: the smallest struct_size holding it. */
+#define MOBIUS_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
+/* Whether the struct at `p` (declared struct_size) holds `field` of `type`. */
+#define MOBIUS_HAS_FIELD(p, type, field) \
+  ((size_t)(p)->struct_size >= MOBIUS_SIZE_THROUGH(type, field))
+
+/* Whose fault a failure is; set with host->set_error_kind. The values are fixed. */
+typedef int32_t mobius_error_kind;
+#define MOBIUS_ERROR_KIND_CONFIG 1     /* config.json does not describe a model this code builds */
+#define MOBIUS_ERROR_KIND_CHECKPOINT 2 /* the checkpoint's tensors do not fit */
+#define MOBIUS_ERROR_KIND_PLUGIN 3     /* a bug or limitation of the plugin itself */
+#define MOBIUS_ERROR_KIND_IO 4         /* reading or writing a file failed */
+#define MOBIUS_ERROR_KIND_INTERNAL 5   /* out of memory, an unexpected exception, a broken invariant */
 
 /* Element types. The numeric values are ONNX TensorProto.DataType codes. */
 typedef int32_t mobius_dtype;
@@ -76,7 +100,7 @@ typedef struct mobius_registrar mobius_registrar; /* valid during mobius_plugin_
 
 /* One dimension of a tensor type: `param` non-NULL and non-empty names a symbolic
  * dimension (e.g. "batch_size"); otherwise `value` >= 0 is a static size, and
- * value < 0 with no param means unknown. */
+ * value < 0 with no param means unknown. An array element, so fixed forever (no struct_size). */
 typedef struct mobius_dim {
   int64_t value;
   const char* param;
@@ -88,6 +112,7 @@ typedef struct mobius_tensor_type {
   int32_t rank;
   const mobius_dim* dims; /* `rank` entries */
 } mobius_tensor_type;
+#define MOBIUS_TENSOR_TYPE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_tensor_type, dims)
 
 /* Node attribute kinds. The numeric values are ONNX AttributeProto.AttributeType codes. */
 typedef int32_t mobius_attr_kind;
@@ -119,6 +144,7 @@ typedef struct mobius_attribute {
   const void* tensor_data;
   size_t tensor_nbytes;
 } mobius_attribute;
+#define MOBIUS_ATTRIBUTE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_attribute, tensor_nbytes)
 
 typedef struct mobius_node {
   uint32_t struct_size;
@@ -132,6 +158,7 @@ typedef struct mobius_node {
   const mobius_attribute* const* attributes;
   size_t n_attributes;
 } mobius_node;
+#define MOBIUS_NODE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_node, n_attributes)
 
 /* A tensor handed to a weight transform. Host-owned memory. */
 typedef struct mobius_tensor_view {
@@ -142,6 +169,7 @@ typedef struct mobius_tensor_view {
   void* data;
   size_t nbytes;
 } mobius_tensor_view;
+#define MOBIUS_TENSOR_VIEW_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_tensor_view, nbytes)
 
 /* A plugin-supplied weight transform: reads `n_inputs` source tensors (converted to
  * FLOAT by the host) and fills `output` (FLOAT, the initializer's shape, buffer
@@ -155,19 +183,22 @@ typedef mobius_status (*mobius_transform_fn)(void* user, const mobius_tensor_vie
 typedef struct mobius_build_options {
   uint32_t struct_size;
   mobius_dtype dtype;                /* FLOAT, FLOAT16 or BFLOAT16: the model's weight dtype */
-  const char* execution_provider;    /* "cpu" (standard ops) or e.g. "cuda" (fused contrib ops) */
+  const char* execution_provider;    /* always "cpu" (standard ONNX ops); kept for compatibility */
   int32_t no_weights;                /* 1: graph only; the plan is still checked against metadata */
 } mobius_build_options;
+#define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
-/* Checkpoint tensor metadata (header only; no data is read). */
+/* Checkpoint tensor metadata (header only; no data is read). A tensor of rank above 8 is
+ * an error of query_tensor, never truncated: `rank` then holds its true rank. */
 typedef struct mobius_tensor_info {
   uint32_t struct_size;
   mobius_dtype dtype;
   int32_t rank;
   int64_t dims[8];
 } mobius_tensor_info;
+#define MOBIUS_TENSOR_INFO_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_tensor_info, dims)
 
-/* Receives a string produced by a plugin (the host copies it). */
+/* Receives a string produced by a plugin (the host copies it). Fixed forever: no struct_size. */
 typedef struct mobius_string_sink {
   void* opaque;
   void (*write)(void* opaque, const char* data, size_t size);
@@ -187,9 +218,10 @@ typedef struct mobius_architecture {
    * `config_json` is the normalized config that parse_config wrote. */
   mobius_status (*build)(void* user, mobius_context* ctx, const char* config_json);
 } mobius_architecture;
+#define MOBIUS_ARCHITECTURE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_architecture, build)
 
 /* The host's function table, passed to mobius_plugin_register. Slots are append-only;
- * a plugin that needs a slot added after version 1 checks struct_size first. */
+ * a plugin that needs a slot added after version 1 checks MOBIUS_HAS_FIELD first. */
 typedef struct mobius_host_api {
   uint32_t struct_size;
   uint32_t abi_version;
@@ -240,7 +272,25 @@ typedef struct mobius_host_api {
   /* Header-only query of a checkpoint tensor: MOBIUS_OK and `out` filled when it
    * exists; MOBIUS_ERROR when it does not (or there is no checkpoint). */
   mobius_status (*query_tensor)(mobius_context* ctx, const char* name, mobius_tensor_info* out);
+
+  /* --- appended after version 1: check MOBIUS_HAS_FIELD(host, mobius_host_api, slot) --- */
+
+  /* Like set_error, with whose fault it is (MOBIUS_ERROR_KIND_*). A plugin callback calls it
+   * before returning a non-zero status. (set_error means MOBIUS_ERROR_KIND_PLUGIN, or
+   * MOBIUS_ERROR_KIND_CONFIG when the message starts with "[config]".) */
+  void (*set_error_kind)(mobius_context* ctx, mobius_error_kind kind, const char* message);
+  /* A file the runtime needs beside the model (e.g. "genai_config.json"): `name` is a bare
+   * file name (letters, digits, '.', '_', '-'; not starting with '.'), the bytes (at most
+   * 64 MiB) are copied and written unchanged beside model.onnx when it is saved. A name already
+   * added in this build, or one the host writes itself (model.onnx, model.onnx.data,
+   * mobius_provenance.json), is an error. */
+  mobius_status (*add_runtime_file)(mobius_context* ctx, const char* name, const void* data,
+                                    size_t size);
+  /* The text of the config.json this build started from, unchanged (NUL-terminated, owned by
+   * the host, valid during the build); NULL when the build has none. */
+  const char* (*source_config)(mobius_context* ctx);
 } mobius_host_api;
+#define MOBIUS_HOST_API_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_host_api, query_tensor)
 
 /* What a plugin says about itself; returned by mobius_plugin_get_info and checked
  * before anything else of the plugin runs. Points to static storage. */
@@ -251,6 +301,7 @@ typedef struct mobius_plugin_info {
   const char* version;
   const char* vendor;
 } mobius_plugin_info;
+#define MOBIUS_PLUGIN_INFO_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_plugin_info, vendor)
 
 /* The two symbols every plugin exports. */
 typedef const mobius_plugin_info* (*mobius_plugin_get_info_fn)(void);

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mobius/error.hpp"
+#include "mobius/sdk/error.hpp"
 
 namespace mobius {
 

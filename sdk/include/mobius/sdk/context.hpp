@@ -44,16 +44,28 @@ class BuildContext {
   void plan_transformed(const std::string& initializer, const std::vector<std::string>& tensors,
                         WeightTransform fn);
   void ignore_tensors(const std::string& glob);
-  // Header-only metadata of a checkpoint tensor; nullopt when absent.
+  // Header-only metadata of a checkpoint tensor; nullopt when absent. Throws when the tensor
+  // has more dims than the ABI's mobius_tensor_info holds (8).
   struct TensorInfo {
     DType dtype;
     std::vector<int64_t> dims;
   };
   std::optional<TensorInfo> query_tensor(const std::string& name) const;
 
+  // Files the runtime needs beside the model (e.g. "genai_config.json"), written unchanged when
+  // the model is saved. Throws mobius::Error when the host is too old to take them.
+  void add_runtime_file(const std::string& name, const std::string& bytes);
+  bool host_has_runtime_files() const;
+  // The config.json text this build started from; nullopt when there is none or the host is
+  // too old to say.
+  std::optional<std::string> source_config() const;
+
   void log(int level, const std::string& msg) const;
   // Throws mobius::Error with the host's message when st != MOBIUS_OK.
   void check(mobius_status st, const std::string& what) const;
+  // Throws mobius::Error naming `slot` when `present` is false: the host's function table
+  // predates that slot (see MOBIUS_HAS_FIELD in mobius/plugin.h).
+  void require_slot(bool present, const char* slot) const;
 
  private:
   const mobius_host_api* host_;

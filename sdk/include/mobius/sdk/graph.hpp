@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "mobius/error.hpp"
+#include "mobius/sdk/error.hpp"
 #include "mobius/plugin.h"
 
 namespace mobius {
@@ -135,6 +135,8 @@ class Graph {
 
   // Graph inputs/outputs and values.
   Value input(const std::string& name, const TensorType& type);
+  // The type of graph input `name`; nullopt when the graph has no such input.
+  std::optional<TensorType> input_type(const std::string& name) const;
   void output(Value v, const std::string& name);
   // A weight whose bytes come from the weight plan. Declaring the same name twice returns
   // the first declaration (and checks that the type agrees).
@@ -178,6 +180,7 @@ class Graph {
   std::vector<Entry> values_;
   std::unordered_map<std::string, uint32_t> by_name_;
   std::unordered_map<std::string, uint32_t> initializers_;
+  std::unordered_map<std::string, uint32_t> inputs_;
   std::unordered_map<std::string, uint32_t> constants_;  // dtype+shape+bytes -> value
   std::vector<std::string> scopes_;
   std::unordered_map<std::string, int> name_counts_;

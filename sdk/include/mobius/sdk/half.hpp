@@ -1,76 +1,16 @@
-// mobius/sdk/half.hpp - float <-> float16/bfloat16 bit conversions (round to nearest even).
+// mobius/sdk/half.hpp - float <-> float16/bfloat16 bit conversions (round to nearest even), the
+// C++ names of the conversions in mobius/half.h that the host uses too.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+
+#include "mobius/half.h"
 
 namespace mobius {
 
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float bf16_to_float(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16_t float_to_f16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x007fffffu;
-  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff);
-  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  int32_t e = exp - 127 + 15;
-  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (e <= 0) {
-    if (e < -10) return static_cast<uint16_t>(sign);  // underflow -> signed zero
-    mant |= 0x00800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - e);
-    uint32_t half_mant = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1u);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half_mant & 1u))) ++half_mant;
-    return static_cast<uint16_t>(sign | half_mant);
-  }
-  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent
-  return static_cast<uint16_t>(h);
-}
-
-inline float f16_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ffu;
-      u = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline uint16_t float_to_bf16(float f) { return mobius_f32_to_bf16(f); }
+inline float bf16_to_float(uint16_t h) { return mobius_bf16_to_f32(h); }
+inline uint16_t float_to_f16(float f) { return mobius_f32_to_f16(f); }
+inline float f16_to_float(uint16_t h) { return mobius_f16_to_f32(h); }
 
 }  // namespace mobius

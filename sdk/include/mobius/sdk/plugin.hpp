@@ -1,8 +1,9 @@
 // mobius/sdk/plugin.hpp - registering architectures from C++ and the MOBIUS_PLUGIN entry macro.
 //
 // The hourglass: plugin code is C++, the boundary is the C ABI of mobius/plugin.h. Every
-// callback the host makes into a plugin goes through run_guarded(), which turns a C++
-// exception into a status plus a message, so no exception ever crosses the boundary.
+// callback the host makes into a plugin goes through detail::run_guarded(), which turns a C++
+// exception into a status, an error kind and a message, so no exception ever crosses the
+// boundary.
 #pragma once
 
 #include <functional>
@@ -42,6 +43,33 @@ using RegisterFn = void (*)(PluginRegistrar&);
 
 namespace detail {
 mobius_status run_register(const mobius_host_api* host, mobius_registrar* reg, RegisterFn fn);
+
+// Reports the exception being handled to the host (set_error_kind; set_error on a host without
+// it): a mobius::Error with its kind, or `unspecified` when it did not say (config while parsing
+// config.json, plugin while building); a std::bad_alloc or an unknown exception as internal;
+// any other exception as a plugin error. Call only inside a catch block; never throws.
+void report_current_exception(const mobius_host_api* host, mobius_context* ctx,
+                              mobius_error_kind unspecified) noexcept;
+
+// Runs `fn` for a callback of the C ABI: MOBIUS_OK, or MOBIUS_ERROR with the failure reported.
+template <class F>
+mobius_status run_guarded(const mobius_host_api* host, mobius_context* ctx,
+                          mobius_error_kind unspecified, F&& fn) noexcept {
+  try {
+    fn();
+    return MOBIUS_OK;
+  } catch (...) {
+    report_current_exception(host, ctx, unspecified);
+  }
+  return MOBIUS_ERROR;
+}
+
+// The text-generation task's runtime files: genai_config.json for onnxruntime-genai, when the
+// graph has the plain key/value cache it describes (hybrid or latent caches have no such
+// description, so none is added). Handed to the host with add_runtime_file; nothing is added
+// on a host too old to take runtime files.
+void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
+                               const nlohmann::json& normalized_config);
 }  // namespace detail
 
 }  // namespace mobius

@@ -1,0 +1,270 @@
+/* tests/abi/older/mobius/plugin.h - mobius/plugin.h exactly as ABI version 1 first shipped it:
+ * before error kinds, MOBIUS_*_SIZE_V1 and the slots appended since. The test plugin older.c
+ * builds against this copy to stand for every plugin compiled before those additions. */
+/*
+ * mobius/plugin.h - the stable C ABI between the mobius host and architecture plugins.
+ *
+ * COMPATIBILITY PROMISE (read before editing):
+ *   - This is the only header whose binary compatibility is promised. A plugin built
+ *     against ABI version N keeps loading into every host that speaks version N.
+ *   - Every struct that crosses the boundary starts with `struct_size`; the reader
+ *     only touches fields that lie inside the size the writer declared.
+ *   - Fields and function-pointer slots are APPEND-ONLY. Never reorder, remove or
+ *     change the type of an existing member. Changing semantics means a new slot.
+ *   - Only C types cross: opaque handles, plain structs, function pointers and
+ *     status codes. No C++ type, exception or allocator ever crosses this boundary:
+ *     memory is owned by the side that allocated it, strings passed in are copied
+ *     by the callee before the call returns.
+ *
+ * Loading sequence (host side):
+ *   1. the host reads the plugin's manifest (plugin.yaml) and checks its abi_version;
+ *   2. dlopen; resolve `mobius_plugin_get_info` and check info->abi_version first,
+ *      refusing with both version numbers if it does not speak it;
+ *   3. resolve `mobius_plugin_register` and call it once with the host's function
+ *      table; the plugin declares its architectures through `register_architecture`.
+ *
+ * Every function returns MOBIUS_OK (0) on success. On failure a host function
+ * records a message retrievable with `last_error(ctx)`; a plugin callback that fails
+ * calls `set_error(ctx, msg)` before returning a non-zero status.
+ */
+#ifndef MOBIUS_PLUGIN_H
+#define MOBIUS_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOBIUS_ABI_VERSION 1u
+
+#if defined(_WIN32)
+#define MOBIUS_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define MOBIUS_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef int32_t mobius_status;
+#define MOBIUS_OK 0
+#define MOBIUS_ERROR 1
+
+/* Element types. The numeric values are ONNX TensorProto.DataType codes. */
+typedef int32_t mobius_dtype;
+#define MOBIUS_DTYPE_UNDEFINED 0
+#define MOBIUS_DTYPE_FLOAT 1
+#define MOBIUS_DTYPE_UINT8 2
+#define MOBIUS_DTYPE_INT8 3
+#define MOBIUS_DTYPE_UINT16 4
+#define MOBIUS_DTYPE_INT16 5
+#define MOBIUS_DTYPE_INT32 6
+#define MOBIUS_DTYPE_INT64 7
+#define MOBIUS_DTYPE_BOOL 9
+#define MOBIUS_DTYPE_FLOAT16 10
+#define MOBIUS_DTYPE_DOUBLE 11
+#define MOBIUS_DTYPE_UINT32 12
+#define MOBIUS_DTYPE_UINT64 13
+#define MOBIUS_DTYPE_BFLOAT16 16
+
+/* Log levels for host->log. */
+#define MOBIUS_LOG_DEBUG 0
+#define MOBIUS_LOG_INFO 1
+#define MOBIUS_LOG_WARNING 2
+#define MOBIUS_LOG_ERROR 3
+
+/* Opaque handles, owned by the host. */
+typedef struct mobius_context mobius_context;     /* one build (or one config parse) */
+typedef struct mobius_graph mobius_graph;         /* the main graph or a subgraph */
+typedef struct mobius_registrar mobius_registrar; /* valid during mobius_plugin_register */
+
+/* One dimension of a tensor type: `param` non-NULL and non-empty names a symbolic
+ * dimension (e.g. "batch_size"); otherwise `value` >= 0 is a static size, and
+ * value < 0 with no param means unknown. */
+typedef struct mobius_dim {
+  int64_t value;
+  const char* param;
+} mobius_dim;
+
+typedef struct mobius_tensor_type {
+  uint32_t struct_size;
+  mobius_dtype dtype;
+  int32_t rank;
+  const mobius_dim* dims; /* `rank` entries */
+} mobius_tensor_type;
+
+/* Node attribute kinds. The numeric values are ONNX AttributeProto.AttributeType codes. */
+typedef int32_t mobius_attr_kind;
+#define MOBIUS_ATTR_FLOAT 1
+#define MOBIUS_ATTR_INT 2
+#define MOBIUS_ATTR_STRING 3
+#define MOBIUS_ATTR_TENSOR 4
+#define MOBIUS_ATTR_GRAPH 5
+#define MOBIUS_ATTR_FLOATS 6
+#define MOBIUS_ATTR_INTS 7
+#define MOBIUS_ATTR_STRINGS 8
+
+typedef struct mobius_attribute {
+  uint32_t struct_size;
+  const char* name;
+  mobius_attr_kind kind;
+  int64_t i;                   /* INT */
+  float f;                     /* FLOAT */
+  const char* s;               /* STRING */
+  const int64_t* ints;         /* INTS, `count` entries */
+  const float* floats;         /* FLOATS, `count` entries */
+  const char* const* strings;  /* STRINGS, `count` entries */
+  size_t count;
+  mobius_graph* graph;         /* GRAPH: a subgraph from create_subgraph; consumed by add_node */
+  /* TENSOR: a constant tensor value (row-major, little-endian). */
+  mobius_dtype tensor_dtype;
+  int32_t tensor_rank;
+  const int64_t* tensor_dims;
+  const void* tensor_data;
+  size_t tensor_nbytes;
+} mobius_attribute;
+
+typedef struct mobius_node {
+  uint32_t struct_size;
+  const char* op_type;
+  const char* domain; /* NULL or "" for the default ONNX domain, "com.microsoft", ... */
+  const char* name;   /* NULL: the host names the node */
+  const char* const* inputs; /* value names; "" for an omitted optional input */
+  size_t n_inputs;
+  const char* const* outputs; /* value names; "" for an omitted optional output */
+  size_t n_outputs;
+  const mobius_attribute* const* attributes;
+  size_t n_attributes;
+} mobius_node;
+
+/* A tensor handed to a weight transform. Host-owned memory. */
+typedef struct mobius_tensor_view {
+  uint32_t struct_size;
+  mobius_dtype dtype;
+  int32_t rank;
+  const int64_t* dims;
+  void* data;
+  size_t nbytes;
+} mobius_tensor_view;
+
+/* A plugin-supplied weight transform: reads `n_inputs` source tensors (converted to
+ * FLOAT by the host) and fills `output` (FLOAT, the initializer's shape, buffer
+ * allocated by the host). Must be pure: the same inputs give the same bytes.
+ * On failure, write a NUL-terminated reason into `err` (capacity `err_size`). */
+typedef mobius_status (*mobius_transform_fn)(void* user, const mobius_tensor_view* const* inputs,
+                                             size_t n_inputs, mobius_tensor_view* output,
+                                             char* err, size_t err_size);
+
+/* Options of the current build, as the user gave them. */
+typedef struct mobius_build_options {
+  uint32_t struct_size;
+  mobius_dtype dtype;                /* FLOAT, FLOAT16 or BFLOAT16: the model's weight dtype */
+  const char* execution_provider;    /* "cpu" (standard ops) or e.g. "cuda" (fused contrib ops) */
+  int32_t no_weights;                /* 1: graph only; the plan is still checked against metadata */
+} mobius_build_options;
+
+/* Checkpoint tensor metadata (header only; no data is read). */
+typedef struct mobius_tensor_info {
+  uint32_t struct_size;
+  mobius_dtype dtype;
+  int32_t rank;
+  int64_t dims[8];
+} mobius_tensor_info;
+
+/* Receives a string produced by a plugin (the host copies it). */
+typedef struct mobius_string_sink {
+  void* opaque;
+  void (*write)(void* opaque, const char* data, size_t size);
+} mobius_string_sink;
+
+/* One architecture a plugin provides. */
+typedef struct mobius_architecture {
+  uint32_t struct_size;
+  const char* model_type; /* the config.json model_type, e.g. "llama" */
+  const char* task;       /* e.g. "text-generation" */
+  void* user;             /* passed back to the callbacks; owned by the plugin */
+  /* Validate config.json (the whole file's text) and write this architecture's
+   * normalized config (Hugging Face defaults filled in) as a JSON object to `out`. */
+  mobius_status (*parse_config)(void* user, mobius_context* ctx, const char* config_json,
+                                mobius_string_sink* out);
+  /* Build the graph into host->main_graph(ctx) and plan every initializer's weights.
+   * `config_json` is the normalized config that parse_config wrote. */
+  mobius_status (*build)(void* user, mobius_context* ctx, const char* config_json);
+} mobius_architecture;
+
+/* The host's function table, passed to mobius_plugin_register. Slots are append-only;
+ * a plugin that needs a slot added after version 1 checks struct_size first. */
+typedef struct mobius_host_api {
+  uint32_t struct_size;
+  uint32_t abi_version;
+
+  /* --- diagnostics --- */
+  void (*log)(mobius_context* ctx, int32_t level, const char* message); /* ctx may be NULL */
+  const char* (*last_error)(mobius_context* ctx); /* message of the last failed host call */
+  void (*set_error)(mobius_context* ctx, const char* message);
+
+  /* --- registration (only during mobius_plugin_register) --- */
+  mobius_status (*register_architecture)(mobius_registrar* reg, const mobius_architecture* arch);
+  void (*registrar_error)(mobius_registrar* reg, const char* message);
+
+  /* --- build options --- */
+  const mobius_build_options* (*build_options)(mobius_context* ctx);
+
+  /* --- graph building --- */
+  mobius_graph* (*main_graph)(mobius_context* ctx);
+  /* A new, empty subgraph for a GRAPH attribute (Loop/Scan/If body). */
+  mobius_graph* (*create_subgraph)(mobius_context* ctx, const char* name);
+  mobius_status (*add_input)(mobius_graph* g, const char* name, const mobius_tensor_type* type);
+  mobius_status (*add_output)(mobius_graph* g, const char* name, const mobius_tensor_type* type);
+  /* Declares a weight; its bytes come from the weight plan (plan_* below). Main graph only. */
+  mobius_status (*add_initializer)(mobius_graph* g, const char* name,
+                                   const mobius_tensor_type* type);
+  /* A small constant embedded in the graph (row-major, little-endian bytes). */
+  mobius_status (*add_constant)(mobius_graph* g, const char* name, const mobius_tensor_type* type,
+                                const void* data, size_t nbytes);
+  mobius_status (*add_node)(mobius_graph* g, const mobius_node* node);
+  /* Records an intermediate value's type (helps readers; optional). */
+  mobius_status (*add_value_info)(mobius_graph* g, const char* name,
+                                  const mobius_tensor_type* type);
+
+  /* --- weight planning: every initializer gets exactly one source --- */
+  mobius_status (*plan_tensor)(mobius_context* ctx, const char* initializer,
+                               const char* checkpoint_tensor);
+  /* Stacks n per-expert tensors of equal shape along a new leading axis. */
+  mobius_status (*plan_expert_bank)(mobius_context* ctx, const char* initializer,
+                                    const char* const* checkpoint_tensors, size_t n);
+  /* `release` (may be NULL) is called with `user` when the host no longer needs it. */
+  mobius_status (*plan_transformed)(mobius_context* ctx, const char* initializer,
+                                    const char* const* checkpoint_tensors, size_t n,
+                                    mobius_transform_fn fn, void* user,
+                                    void (*release)(void* user));
+  /* Declares checkpoint tensors this architecture knowingly does not use. `pattern` is
+   * a glob where '*' matches any run of characters (e.g. "model.layers.*.rotary_emb.*"). */
+  mobius_status (*ignore_tensors)(mobius_context* ctx, const char* pattern);
+  /* Header-only query of a checkpoint tensor: MOBIUS_OK and `out` filled when it
+   * exists; MOBIUS_ERROR when it does not (or there is no checkpoint). */
+  mobius_status (*query_tensor)(mobius_context* ctx, const char* name, mobius_tensor_info* out);
+} mobius_host_api;
+
+/* What a plugin says about itself; returned by mobius_plugin_get_info and checked
+ * before anything else of the plugin runs. Points to static storage. */
+typedef struct mobius_plugin_info {
+  uint32_t struct_size;
+  uint32_t abi_version; /* MOBIUS_ABI_VERSION the plugin was built against */
+  const char* name;
+  const char* version;
+  const char* vendor;
+} mobius_plugin_info;
+
+/* The two symbols every plugin exports. */
+typedef const mobius_plugin_info* (*mobius_plugin_get_info_fn)(void);
+typedef mobius_status (*mobius_plugin_register_fn)(const mobius_host_api* host,
+                                                   mobius_registrar* reg);
+
+#define MOBIUS_PLUGIN_GET_INFO_SYMBOL "mobius_plugin_get_info"
+#define MOBIUS_PLUGIN_REGISTER_SYMBOL "mobius_plugin_register"
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOBIUS_PLUGIN_H */
