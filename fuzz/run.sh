@@ -31,12 +31,12 @@ if [ "$target" = safetensors ] && [ -d "$golden" ]; then
 fi
 
 sources=""
-for f in dtype checkpoint_files safetensors zip_reader unpickler pytorch_bin; do
+for f in dtype untrusted checkpoint_files safetensors zip_reader unpickler pytorch_bin; do
   sources="$sources $root/core/src/$f.cpp"
 done
 # 64-byte gather windows instead of 16 MiB, so small inputs exercise the windowed reads.
 clang++ $flags -DMOBIUS_GATHER_WINDOW_BYTES=64 -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=all $sources "$here/fuzz_$target.cpp" -o "$work/bin/fuzz_$target"
+  -fno-sanitize-recover=all $sources "$here/fuzz_$target.cpp" -lyaml-cpp -o "$work/bin/fuzz_$target"
 
 cd "$work/crashes"
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

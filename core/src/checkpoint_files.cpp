@@ -25,7 +25,6 @@ namespace {
 
 constexpr uint64_t kMaxIndexBytes = uint64_t{100} << 20;
 // Names in messages are attacker-controlled: cap their length so a message stays readable.
-constexpr size_t kMaxShown = 200;
 
 }  // namespace
 
@@ -41,32 +40,6 @@ void CheckpointFormat::fail(const std::string& file, const std::string& reason) 
   throw Error("[" + std::string(tag) + "] " + file + ": " + reason);
 }
 
-std::string printable(std::string_view s) {
-  bool cut = false;
-  if (s.size() > kMaxShown) {
-    size_t n = kMaxShown;
-    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-    s = s.substr(0, n);
-    cut = true;
-  }
-  std::string out;
-  out.reserve(s.size() + 8);
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (cut) out += "...";
-  return out;
-}
-
-std::string quote_name(std::string_view s) { return "'" + printable(s) + "'"; }
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 

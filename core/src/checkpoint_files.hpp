@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "untrusted.hpp"  // printable, quote_name
 
 namespace mobius {
 
@@ -46,10 +47,6 @@ inline constexpr CheckpointFormat kSafetensorsFormat{"safetensors", "model.safet
 inline constexpr CheckpointFormat kPytorchFormat{"pytorch", "pytorch_model.bin",
                                                  "pytorch_model.bin.index.json"};
 
-// Printable rendering of an untrusted string: control bytes escaped, long strings cut on a
-// UTF-8 character boundary (names in messages are attacker-controlled).
-std::string printable(std::string_view s);
-std::string quote_name(std::string_view s);  // printable(s) in single quotes
 std::string errno_text(int err);
 std::string dims_text(const std::vector<int64_t>& dims);  // "[2, 3]", cut after 8 dimensions
 std::string range_text(uint64_t begin, uint64_t end);     // "[begin, end)"

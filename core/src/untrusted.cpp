@@ -1,0 +1,170 @@
+// untrusted.cpp - quoting untrusted values, and JSON/YAML parsing within limits.
+#include "untrusted.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mobius/error.hpp"
+
+namespace mobius {
+
+std::string printable(std::string_view s, size_t max_bytes) {
+  bool cut = false;
+  if (s.size() > max_bytes) {
+    size_t n = max_bytes;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+    s = s.substr(0, n);
+    cut = true;
+  }
+  static const char kHex[] = "0123456789abcdef";
+  auto hex = [&](std::string& out, unsigned char u) {
+    out += "\\x";
+    out += kHex[u >> 4];
+    out += kHex[u & 15];
+  };
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x20 || u == 0x7F) {
+      hex(out, u);
+    } else if (u == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
+      // U+0080..U+009F: C1 controls (CSI, OSC, ...) that some terminals obey like ESC sequences.
+      hex(out, u);
+      hex(out, static_cast<unsigned char>(s[++i]));
+    } else {
+      out += static_cast<char>(u);
+    }
+  }
+  if (cut) out += "...";
+  return out;
+}
+
+std::string quote_name(std::string_view s) { return "'" + printable(s) + "'"; }
+
+namespace {
+
+[[noreturn]] void fail(const char* tag, const std::string& what, const std::string& reason) {
+  throw Error(ErrorKind::Config, std::string("[") + tag + "] " + what + ": " + reason);
+}
+
+void check_size(std::string_view text, const std::string& what, const TextLimits& limits,
+                const char* tag) {
+  if (text.size() > limits.max_bytes)
+    fail(tag, what,
+         "larger than " + std::to_string(limits.max_bytes >> 10) + " KiB (" +
+             std::to_string(text.size()) + " bytes)");
+}
+
+}  // namespace
+
+nlohmann::json parse_json_limited(std::string_view text, const std::string& what,
+                                  const TextLimits& limits, const char* tag) {
+  check_size(text, what, limits, tag);
+  size_t values = 0;
+  // The callback sees every value as it opens; refusing there stops the parse before the
+  // document grows, whatever comes after.
+  auto guard = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= limits.max_depth)
+      fail(tag, what, "values nest deeper than " + std::to_string(limits.max_depth) + " levels");
+    if ((event == E::value || event == E::object_start || event == E::array_start) &&
+        ++values > limits.max_values)
+      fail(tag, what, "more than " + std::to_string(limits.max_values) + " values");
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), guard);
+  } catch (const nlohmann::json::exception& e) {
+    std::string_view m = e.what();
+    const size_t close = m.find("] ");
+    if (close != std::string_view::npos) m.remove_prefix(close + 2);
+    fail(tag, what, "not valid JSON (" + printable(m) + ")");
+  }
+}
+
+YAML::Node parse_yaml_limited(std::string_view text, const std::string& what,
+                              const TextLimits& limits, const char* tag) {
+  check_size(text, what, limits, tag);
+  // Flow nesting ([ and { outside quotes) and block nesting (distinct indentation levels of
+  // the lines above) bound yaml-cpp's recursion; both are measured here, quotes aside.
+  int flow = 0, max_flow = 0;
+  std::vector<size_t> indents;
+  size_t values = 0;
+  char quote = 0;
+  bool line_start = true, comment = false, escaped = false;
+  size_t indent = 0;
+  char prev = ' ';  // the last character outside quotes: a quote opens a scalar only after these
+  for (char c : text) {
+    if (c == '\n') {
+      line_start = true;
+      comment = false;
+      indent = 0;
+      if (quote == '\'') continue;  // single-quoted scalars may span lines
+      quote = quote == '"' ? quote : 0;
+      continue;
+    }
+    if (comment) continue;
+    if (line_start) {
+      if (c == ' ' || c == '-') {
+        ++indent;
+        prev = c;
+        continue;
+      }
+      line_start = false;
+      if (c != '#' && !quote && flow == 0) {
+        while (!indents.empty() && indents.back() >= indent) indents.pop_back();
+        indents.push_back(indent);
+        if (static_cast<int>(indents.size()) > limits.max_depth)
+          fail(tag, what, "values nest deeper than " + std::to_string(limits.max_depth) + " levels");
+        if (++values > limits.max_values)
+          fail(tag, what, "more than " + std::to_string(limits.max_values) + " values");
+      }
+    }
+    if (quote) {
+      if (escaped) escaped = false;
+      else if (quote == '"' && c == '\\') escaped = true;
+      else if (c == quote) quote = 0;
+      continue;
+    }
+    const char before = prev;
+    prev = c;
+    switch (c) {
+      case '"':
+      case '\'':
+        if (std::string_view(" \t:[{,-").find(before) != std::string_view::npos) quote = c;
+        break;
+      case '#':
+        comment = true;
+        break;
+      case '[':
+      case '{':
+        if (++flow > limits.max_depth)
+          fail(tag, what, "values nest deeper than " + std::to_string(limits.max_depth) + " levels");
+        max_flow = std::max(max_flow, flow);
+        break;
+      case ']':
+      case '}':
+        flow = std::max(0, flow - 1);
+        break;
+      case ',':
+        if (++values > limits.max_values)
+          fail(tag, what, "more than " + std::to_string(limits.max_values) + " values");
+        break;
+      default:
+        break;
+    }
+  }
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    fail(tag, what, "not valid YAML (" + printable(e.what()) + ")");
+  }
+}
+
+}  // namespace mobius

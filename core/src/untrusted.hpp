@@ -1,0 +1,47 @@
+// untrusted.hpp - the one place where text from files is made safe: quoting values into
+// messages, and parsing JSON and YAML with size and depth limits enforced while parsing.
+//
+// Every value that comes from a checkpoint, a config or a manifest is attacker-controlled: it can
+// hold terminal escape sequences, be megabytes long, or nest a million levels deep.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace YAML {
+class Node;
+}
+
+namespace mobius {
+
+// Printable rendering of an untrusted string: control bytes (C0, DEL, and the C1 range as
+// UTF-8) escaped as \xNN, long strings cut on a UTF-8 character boundary and marked "...".
+std::string printable(std::string_view s, size_t max_bytes = 200);
+std::string quote_name(std::string_view s);  // printable(s) in single quotes
+
+// Limits of a structured text file: its size, how deep values nest, and how many values it holds.
+struct TextLimits {
+  size_t max_bytes;
+  int max_depth;
+  size_t max_values;
+};
+// config.json (with a composite model's text_config), generation and tokenizer configs.
+inline constexpr TextLimits kConfigLimits{16u << 20, 64, 1u << 20};
+// plugin.yaml manifests: a few dozen keys and a list of model types.
+inline constexpr TextLimits kManifestLimits{64u << 10, 16, 1u << 14};
+
+// Parses `text` as JSON within `limits`; throws mobius::Error "[<tag>] <what>: <reason>" naming
+// the limit that was exceeded, or the parse error. The depth is checked as values open, so a
+// deeply nested document is refused before it is built.
+nlohmann::json parse_json_limited(std::string_view text, const std::string& what,
+                                  const TextLimits& limits, const char* tag = "config");
+
+// Parses `text` as YAML within `limits`. yaml-cpp's parser recurses once per nesting level, so
+// nesting (flow brackets and block indentation) is measured on the text before it is parsed.
+YAML::Node parse_yaml_limited(std::string_view text, const std::string& what,
+                              const TextLimits& limits, const char* tag = "plugin");
+
+}  // namespace mobius
