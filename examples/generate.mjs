@@ -5,7 +5,7 @@
 //
 // Works on token ids (the demo checkpoint has no tokenizer). It runs the prompt once (prefill, empty
 // cache), then one token at a time, feeding every present.X output back as past_key_values.X: the
-// I/O contract of shared/golden/FORMAT.md. Stops early at config.json's eos_token_id.
+// I/O contract of tests/golden/README.md. Stops early at config.json's eos_token_id.
 // onnxruntime-node is resolved from ./node_modules in the current directory, then NODE_PATH.
 // Exit status: 0 done; 1 the model failed to load or run; 2 usage or I/O error.
 

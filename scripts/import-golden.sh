@@ -17,4 +17,5 @@ for c in "$src"/*/; do
   echo "added $name"
   added=$((added + 1))
 done
+[ -f "$src/HINTS.md" ] && cp -- "$src/HINTS.md" "$dst/HINTS.md" && chmod u+w "$dst/HINTS.md"
 echo "$added new case(s); list them in tests/parity/meson.build to run them"

@@ -24,7 +24,6 @@ using json = nlohmann::json;
 namespace {
 
 constexpr uint64_t kMaxIndexBytes = uint64_t{100} << 20;
-// Names in messages are attacker-controlled: cap their length so a message stays readable.
 
 }  // namespace
 

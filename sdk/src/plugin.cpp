@@ -133,7 +133,7 @@ void report_current_exception(const mobius_host_api* host, mobius_context* ctx,
 
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
                                const nlohmann::json& cfg) {
-  if (!ctx.host_has_runtime_files()) return;  // such a host writes genai_config.json itself
+  if (!ctx.host_has_runtime_files()) return;  // hosts older than this slot wrote it themselves
   if (!cfg.is_object() || !cfg.contains("num_hidden_layers")) return;
   const Graph& g = ctx.graph();
   int64_t layers = cfg.value("num_hidden_layers", int64_t{0});
