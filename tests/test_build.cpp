@@ -113,6 +113,6 @@ TEST_CASE("build: usage errors") {
   CHECK(cli("build " + quote((t / "out").string())).status != 0);  // no --model
   RunResult r = cli("build --model " + quote((t / "nowhere").string()) + " " + quote((t / "out").string()));
   CHECK(r.status == 1);
-  CHECK(r.output.find("is not a folder") != std::string::npos);
+  CHECK(r.output.find("does not exist, and is not a hub id") != std::string::npos);
   CHECK(cli("build --dtype f8 --model x y").status != 0);
 }

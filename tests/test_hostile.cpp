@@ -72,7 +72,8 @@ TEST_CASE("hostile: checkpoints from strangers are refused before anything is wr
          fs::create_symlink(d.parent_path() / "elsewhere" / "x.safetensors", d / "model-00001.safetensors");
          write_text(d / "model.safetensors.index.json", R"({"weight_map":{"proj.weight":"model-00001.safetensors"}})");
        },
-       "[safetensors] model.safetensors.index.json: shard 'model-00001.safetensors' resolves outside the checkpoint folder"},
+       "[safetensors] model.safetensors.index.json: shard 'model-00001.safetensors' resolves outside the checkpoint folder: "
+       "'model-00001.safetensors' is a symbolic link to '"},
       {"index naming one shard of a numbered series while another lies beside it",
        [](const fs::path& d) {
          for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {

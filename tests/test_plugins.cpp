@@ -2,8 +2,12 @@
 // built broken on purpose, and the CLI's `plugins` / `list` views of them.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "mobius/error.hpp"
 #include "mobius/plugins.hpp"
@@ -28,6 +32,42 @@ const PluginRecord* find(const std::vector<PluginRecord>& recs, const std::strin
 std::vector<PluginSearchDir> only(const fs::path& p, int prio = kPriorityCommandLine) {
   return {{p, prio, "--plugin-path"}};
 }
+
+std::string cli() { return quote(env_or_empty("MOBIUS_CLI")); }
+
+// `mobius plugins --plugin-path <dir>` (the build tree's own plugins are listed too).
+RunResult cli_plugins(const fs::path& dir, const char* flags = "") {
+  return run(cli() + " plugins " + flags + " --plugin-path " + quote(dir.string()));
+}
+
+// A copy of the well-formed test plugin (libtest_good.so, model type 'toy') in `dir`.
+void copy_good(const fs::path& dir) {
+  fs::create_directories(dir);
+  fs::copy_file(plugin_dir() / "libtest_good.so", dir / "libtest_good.so");
+  fs::copy_file(plugin_dir() / "good.plugin.yaml", dir / "good.plugin.yaml");
+}
+
+// A checkpoint the toy plugin builds.
+void write_toy_checkpoint(const fs::path& dir) {
+  fs::create_directories(dir);
+  write_text(dir / "config.json", R"({"model_type": "toy", "hidden_size": 4, "out_size": 3})");
+  write_safetensors(dir / "model.safetensors",
+                    {f32_tensor("proj.weight", {3, 4}, std::vector<float>(12, 1.0f)),
+                     f32_tensor("proj.bias", {3}, {0, 0, 0})});
+}
+
+// Bytes that would move the cursor, clear the screen or ring the bell: C0 but '\n', and DEL.
+bool has_control_bytes(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u < 0x20 && c != '\n') || u == 0x7F;
+  });
+}
+
+const char* kLinkRule =
+    "plugins are loaded only from folders and regular files inside the plugin folder, never "
+    "through a link";
+const char* kTrustRule = "plugins are loaded only from folders and files that no other user can change";
 
 }  // namespace
 
@@ -133,7 +173,7 @@ TEST_CASE("plugins: manifest problems are reported before any code runs") {
       {"name: toy\nversion: 1\nabi_version: 1\nlibrary: /lib/libc.so.6\nmodel_types: [toy]\n",
        "must be a file name beside the manifest"},
       {"name: toy\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n",
-       "manifest has no 'version'"},
+       "[plugin] manifest 'plugin.yaml': 'version' is missing"},
       {"name: toy\nversion: 1\nabi_version: one\nlibrary: libtest_good.so\nmodel_types: [toy]\n",
        "'abi_version' is not a number"},
       {"name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: []\n",
@@ -349,4 +389,330 @@ TEST_CASE("plugins: a build reads every manifest but runs only the plugin of its
   CHECK(r.output.find("not loaded") == std::string::npos);
   CHECK(r.output.find("built toy") != std::string::npos);
   ::unsetenv("MOBIUS_PLUGIN_SCAN_TIMEOUT");
+}
+
+TEST_CASE("plugins: nothing inside a plugin folder is loaded through a symbolic link") {
+  TempDir t;
+  const fs::path base = fs::canonical(t.path());
+  const fs::path p = base / "plugins";
+  copy_good(base / "outside");
+  copy_good(p / "real");
+  // A subfolder that is a link, to a folder outside and to one inside.
+  fs::create_directory_symlink(base / "outside", p / "linked");
+  fs::create_directory_symlink("real", p / "inner");
+  // A manifest that is a link to one elsewhere, beside a real library.
+  fs::create_directories(p / "m");
+  fs::copy_file(plugin_dir() / "libtest_good.so", p / "m" / "libtest_good.so");
+  fs::create_symlink(base / "outside" / "good.plugin.yaml", p / "m" / "plugin.yaml");
+  // A real manifest whose library is a link, even to a library inside the plugin folder.
+  fs::create_directories(p / "n");
+  fs::copy_file(plugin_dir() / "good.plugin.yaml", p / "n" / "good.plugin.yaml");
+  fs::create_symlink("../real/libtest_good.so", p / "n" / "libtest_good.so");
+  // The folder the user names may itself be a link: it is resolved once.
+  fs::create_directory_symlink(p, base / "named");
+
+  RunResult r = cli_plugins(base / "named");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  const auto refused = [&](const fs::path& at, const std::string& what, const std::string& target) {
+    CAPTURE(at);
+    CHECK(r.output.find("error   " + at.string() + ": " + what + "'" + at.string() +
+                        "' is a symbolic link to '" + target + "'; " + kLinkRule) !=
+          std::string::npos);
+  };
+  refused(p / "linked", "", (base / "outside").string());
+  refused(p / "inner", "", "real");
+  refused(p / "m" / "plugin.yaml", "manifest ", (base / "outside" / "good.plugin.yaml").string());
+  refused(p / "n" / "libtest_good.so", "library ", "../real/libtest_good.so");
+  CHECK(r.output.find("loaded  toy 1.2.3 (mobius tests, ABI 1) " +
+                      (p / "real" / "libtest_good.so").string()) != std::string::npos);
+  CHECK(r.output.find((base / "outside").string() + "/libtest_good.so") == std::string::npos);
+
+  // In-process: the one plugin of the real folder, nothing from outside.
+  PluginHost host;
+  ModelRegistry reg;
+  auto recs = host.load(only(base / "named"), reg);
+  CHECK(std::count_if(recs.begin(), recs.end(), [](const auto& x) { return x.loaded; }) == 1);
+  CHECK(reg.get("toy").plugin_path == (p / "real" / "libtest_good.so").string());
+
+  // load_one refuses a manifest that is a link, too.
+  PluginHost host2;
+  ModelRegistry reg2;
+  PluginRecord one = host2.load_one(p / "m" / "plugin.yaml", kPriorityCommandLine, "test", reg2);
+  CHECK_FALSE(one.loaded);
+  CHECK(one.error.find("is a symbolic link to") != std::string::npos);
+  CHECK(reg2.size() == 0);
+
+  // `mobius build` with the plugin only behind a link: not loaded, and the warning says why.
+  fs::create_directories(base / "only");
+  fs::create_directory_symlink(base / "outside", base / "only" / "linked");
+  write_toy_checkpoint(base / "ckpt");
+  RunResult b = run(cli() + " build --plugin-path " + quote((base / "only").string()) + " --model " +
+                    quote((base / "ckpt").string()) + " " + quote((base / "out").string()));
+  INFO(b.output);
+  CHECK(b.status != 0);
+  CHECK(b.output.find("plugin " + (base / "only" / "linked").string() + " not loaded: '" +
+                      (base / "only" / "linked").string() + "' is a symbolic link to '" +
+                      (base / "outside").string() + "'") != std::string::npos);
+  CHECK(b.output.find("unknown model type 'toy'") != std::string::npos);
+  CHECK_FALSE(fs::exists(base / "out"));
+}
+
+TEST_CASE("plugins: a plugin that another user could change is refused") {
+  TempDir t;
+  const fs::path base = fs::canonical(t.path());
+  copy_good(base / "ww");
+  fs::permissions(base / "ww", fs::perms::all);
+  copy_good(base / "p" / "sub");
+  fs::permissions(base / "p" / "sub", fs::perms::all);
+  copy_good(base / "q");
+  fs::permissions(base / "q" / "good.plugin.yaml", static_cast<fs::perms>(0666));
+  copy_good(base / "r");
+  fs::permissions(base / "r" / "libtest_good.so", static_cast<fs::perms>(0757));
+  // A sticky folder writable by all, like /tmp, may hold a private folder with a plugin.
+  copy_good(base / "st" / "sub");
+  fs::permissions(base / "st", static_cast<fs::perms>(01777));
+
+  const auto expect = [&](const fs::path& dir, const fs::path& at, const std::string& what) {
+    RunResult r = cli_plugins(dir);
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("error   " + at.string() + ": " + what + "; " + kTrustRule) !=
+          std::string::npos);
+    CHECK(r.output.find("loaded  toy") == std::string::npos);
+  };
+  expect(base / "ww", base / "ww",
+         "plugin folder '" + (base / "ww").string() + "' is writable by every user (mode 0777)");
+  expect(base / "p", base / "p" / "sub",
+         "folder '" + (base / "p" / "sub").string() + "' is writable by every user (mode 0777)");
+  const fs::path manifest = base / "q" / "good.plugin.yaml";
+  expect(base / "q", manifest,
+         "manifest '" + manifest.string() + "' is writable by every user (mode 0666)");
+  const fs::path lib = base / "r" / "libtest_good.so";
+  expect(base / "r", lib, "library '" + lib.string() + "' is writable by every user (mode 0757)");
+
+  RunResult r = cli_plugins(base / "st");
+  INFO(r.output);
+  CHECK(r.output.find("loaded  toy 1.2.3 (mobius tests, ABI 1) " +
+                      (base / "st" / "sub" / "libtest_good.so").string()) != std::string::npos);
+
+  if (::geteuid() != 0) {
+    MESSAGE("not root: files of another user cannot be made here; that part is skipped");
+    return;
+  }
+  // Owned by another user that is not root: the library, or the folder holding it.
+  copy_good(base / "o");
+  REQUIRE(::chown((base / "o" / "libtest_good.so").c_str(), 65534, 65534) == 0);
+  copy_good(base / "of" / "sub");
+  REQUIRE(::chown((base / "of" / "sub").c_str(), 65534, 65534) == 0);
+  // Writable by a group that is not the owner's own.
+  copy_good(base / "g");
+  REQUIRE(::chown((base / "g" / "libtest_good.so").c_str(), 0, 65534) == 0);
+  fs::permissions(base / "g" / "libtest_good.so", static_cast<fs::perms>(0775));
+  for (const auto& [dir, at, what] :
+       {std::tuple{base / "o", base / "o" / "libtest_good.so", std::string("library")},
+        std::tuple{base / "of", base / "of" / "sub", std::string("folder")},
+        std::tuple{base / "g", base / "g" / "libtest_good.so", std::string("library")}}) {
+    RunResult o = cli_plugins(dir);
+    INFO(o.output);
+    const std::string head = "error   " + at.string() + ": " + what + " '" + at.string() + "' is ";
+    const size_t pos = o.output.find(head);
+    REQUIRE(pos != std::string::npos);
+    const std::string line = o.output.substr(pos, o.output.find('\n', pos) - pos);
+    if (dir == base / "g")
+      CHECK(line.find("is writable by members of group '") != std::string::npos);
+    else
+      CHECK(line.find("(uid 65534), neither root nor the current user; ") != std::string::npos);
+    CHECK(line.find(kTrustRule) != std::string::npos);
+    CHECK(o.output.find("loaded  toy") == std::string::npos);
+  }
+}
+
+TEST_CASE("plugins: manifests are read within limits and their shape is checked") {
+  TempDir t;
+  fs::copy_file(plugin_dir() / "libtest_good.so", t / "libtest_good.so");
+  const std::string good =
+      "name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n";
+  const auto many = [](const char* prefix, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(prefix) + std::to_string(i);
+    return s;
+  };
+  const auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  struct Case {
+    std::string manifest;
+    std::string reason;
+  };
+  const std::string m = "[plugin] manifest 'plugin.yaml': ";
+  const Case cases[] = {
+      {good + "# " + std::string(100 << 10, 'x') + "\n", m + "larger than 64 KiB (102"},
+      {good + "description: [a" + repeat(",a", 20000) + "]\n", m + "more than 16384 values"},
+      {good + "description: " + std::string(40, '[') + "\n", m + "values nest deeper than 16 levels"},
+      {"name: " + std::string(300, 'n') + "\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n",
+       m + "'name' is longer than 256 bytes (300)"},
+      {good + "vendor: " + std::string(257, 'v') + "\n", m + "'vendor' is longer than 256 bytes (257)"},
+      {good + "description: " + std::string(5000, 'd') + "\n", m + "'description' is longer than 4096 bytes (5000)"},
+      {"name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [" + many("t", 5000) + "]\n",
+       m + "'model_types' lists more than 4096 entries (5000)"},
+      {"name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [" + std::string(300, 't') + "]\n",
+       m + "an entry of 'model_types' is longer than 256 bytes (300)"},
+      {"name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [[toy]]\n",
+       m + "an entry of 'model_types' is not a string"},
+      {"name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy, toy]\n",
+       m + "'model_types' lists 'toy' twice"},
+      {"name: {a: b}\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n",
+       m + "'name' is not a string"},
+      {good + "name: toy\n", m + "key 'name' appears twice"},
+      {"name: toy\nversion: ''\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n",
+       m + "'version' is empty"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.reason);
+    write_text(t / "plugin.yaml", c.manifest);
+    PluginHost host;
+    ModelRegistry reg;
+    PluginRecord r = host.load_one(t / "plugin.yaml", kPriorityCommandLine, "test", reg);
+    CHECK_FALSE(r.loaded);
+    CHECK(r.error.find(c.reason) != std::string::npos);
+    CHECK(r.name.empty());  // nothing of a refused manifest is kept
+    CHECK(reg.size() == 0);
+  }
+
+  // A manifest of 2 million keys is refused at once, in the CLI's own process.
+  const fs::path huge = t / "huge";
+  fs::create_directories(huge);
+  fs::copy_file(plugin_dir() / "libtest_good.so", huge / "libtest_good.so");
+  {
+    std::ofstream out(huge / "plugin.yaml", std::ios::binary);
+    out << good;
+    for (int i = 0; i < 2000000; ++i) out << 'k' << i << ": v\n";
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = cli_plugins(huge);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(secs < 10);
+  CHECK(r.output.find("error   " + (fs::canonical(huge) / "plugin.yaml").string() + ": " + m +
+                      "larger than 64 KiB (") != std::string::npos);
+
+  // A folder of more than 4096 entries is not scanned; the other folders are.
+  const fs::path p = fs::canonical(t.path()) / "plugins";
+  fs::create_directories(p / "crowd");
+  for (int i = 0; i < 5000; ++i) write_text(p / "crowd" / ("f" + std::to_string(i)), "");
+  copy_good(p / "fine");
+  r = cli_plugins(p);
+  INFO(r.output);
+  CHECK(r.output.find("error   " + (p / "crowd").string() + ": folder '" + (p / "crowd").string() +
+                      "' holds more than 4096 entries; it is not scanned for plugins") !=
+        std::string::npos);
+  CHECK(r.output.find("loaded  toy 1.2.3 (mobius tests, ABI 1) " +
+                      (p / "fine" / "libtest_good.so").string()) != std::string::npos);
+}
+
+TEST_CASE("plugins: control bytes from a manifest, a folder or a plugin never reach the terminal") {
+  const fs::path hostile = env_or_empty("MOBIUS_TEST_HOSTILE_PLUGIN_DIR");
+  REQUIRE_FALSE(hostile.empty());
+  TempDir t;
+  const fs::path base = fs::canonical(t.path());
+  // Values of manifests: escapes as YAML writes them, a byte that is not UTF-8.
+  const std::string tail = "abi_version: 1\nlibrary: libtest_good.so\nmodel_types: [toy]\n";
+  const struct {
+    const char* folder;
+    std::string manifest;
+    std::string reason;
+  } manifests[] = {
+      {"vendor", "name: toy\nversion: 1\nvendor: \"mobius\\e[2J\\a tests\"\n" + tail,
+       "'vendor' is not printable text: 'mobius\\x1b[2J\\x07 tests'"},
+      {"name", "name: \"to\\ry\"\nversion: 1\n" + tail, "'name' is not printable text: 'to\\x0dy'"},
+      {"utf8", "name: to\xffy\nversion: 1\n" + tail, "'name' is not printable text: 'to\\xffy'"},
+      {"version", "name: toy\nversion: \"1\\e]0;owned\\a\"\n" + tail,
+       "'version' is not printable text: '1\\x1b]0;owned\\x07'"},
+      {"library",
+       "name: toy\nversion: 1\nabi_version: 1\nlibrary: \"lib\\e[2J.so\"\nmodel_types: [toy]\n",
+       "'library' is not printable text: 'lib\\x1b[2J.so'"},
+      {"type", "name: toy\nversion: 1\nabi_version: 1\nlibrary: libtest_good.so\nmodel_types: [\"t\\eoy\"]\n",
+       "an entry of 'model_types' is not printable text: 't\\x1boy'"},
+  };
+  const fs::path p = base / "plugins";
+  for (const auto& c : manifests) {
+    fs::create_directories(p / c.folder);
+    fs::copy_file(plugin_dir() / "libtest_good.so", p / c.folder / "libtest_good.so");
+    write_text(p / c.folder / "plugin.yaml", c.manifest);
+  }
+  // A folder whose name holds an escape sequence.
+  const std::string evil = "ev\x1b[2Jil";
+  copy_good(p / evil);
+
+  RunResult r = cli_plugins(p);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_FALSE(has_control_bytes(r.output));
+  for (const auto& c : manifests) {
+    CAPTURE(c.reason);
+    CHECK(r.output.find("error   " + (p / c.folder / "plugin.yaml").string() +
+                        ": [plugin] manifest 'plugin.yaml': " + c.reason) != std::string::npos);
+  }
+  CHECK(r.output.find("error   " + (p / "ev\\x1b[2Jil").string() + ": '" +
+                      (p / "ev\\x1b[2Jil").string() +
+                      "' has a name that is not printable text; it is not scanned") !=
+        std::string::npos);
+  CHECK(r.output.find("loaded  toy") == std::string::npos);
+
+  r = cli_plugins(p, "--json");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_FALSE(has_control_bytes(r.output));
+  CHECK(r.output.find("\\u001b") == std::string::npos);  // not even escaped by JSON
+  CHECK(nlohmann::json::parse(r.output).is_array());
+
+  // Values of a plugin: its name, the task of its model type, its error message.
+  r = cli_plugins(hostile);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_FALSE(has_control_bytes(r.output));
+  CHECK(r.output.find("manifest names the plugin 'hostile_name' but the library says "
+                      "'hostile_name\\x1b[2J\\x07'") != std::string::npos);
+  CHECK(r.output.find("model type 'hostile_task' was registered with a task that is not printable "
+                      "text of at most 256 bytes: 'feature\\x1b[31m-extraction\\x0d'") !=
+        std::string::npos);
+  CHECK(r.output.find("register failed: \\x1b]0;owned\\x07cannot register\\x1b[2J") !=
+        std::string::npos);
+  for (const char* flags : {"list", "list --json", "plugins --json"}) {
+    CAPTURE(flags);
+    RunResult l = run(cli() + " " + flags + " --plugin-path " + quote(hostile.string()));
+    INFO(l.output);
+    CHECK(l.status == 0);
+    CHECK_FALSE(has_control_bytes(l.output));
+    CHECK(l.output.find("\\u001b") == std::string::npos);
+    CHECK(l.output.find("hostile_task ") == std::string::npos);  // not registered
+  }
+}
+
+TEST_CASE("plugins: libraries are loaded from the file that was checked") {
+  // Every library is checked, then loaded by its real path; the loader still tells one library
+  // from the next across hosts in one process.
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    PluginHost a;
+    ModelRegistry ra;
+    auto recs = a.load(only(plugin_dir()), ra);
+    CHECK(ra.get("toy").plugin == "toy");
+    CHECK(ra.get("toy").plugin_path == (plugin_dir() / "libtest_good.so").string());
+    const PluginRecord* notso = find(recs, "libtest_notso.so");
+    REQUIRE(notso);
+    // The loader's reason names the library, not the descriptor it was loaded through.
+    CHECK(notso->error.find("cannot load as a shared object: " +
+                            (plugin_dir() / "libtest_notso.so").string()) != std::string::npos);
+    CHECK(notso->error.find("/proc/self/fd") == std::string::npos);
+    PluginHost b;
+    ModelRegistry rb;
+    b.load(only(conflict_dir()), rb);
+    CHECK(rb.get("toy").plugin == "clash");
+    CHECK(rb.contains("clash_only"));
+  }
 }

@@ -184,6 +184,33 @@ TEST_CASE("save: replaces an earlier model, refuses a folder that is not one") {
                        doctest::Contains("not a folder"), Error);
 }
 
+TEST_CASE("save: the library never writes over the checkpoint folder or a folder holding it") {
+  TempDir t;
+  const fs::path m = t / "models" / "m";
+  fs::create_directories(m);
+  write_text(m / "config.json", "{}");
+  write_text(m / "model.onnx", "kept with the checkpoint");
+  write_text(t / "models" / "model.onnx", "kept beside it");
+  fs::create_directory_symlink(m, t / "alias");
+  const auto save_to = [&](const fs::path& out) {
+    auto impl = abi_graph(&fill_w);
+    impl->source_dir = t / "alias";  // the checkpoint reached through a link
+    ModelPackage(std::move(impl)).save(out);
+  };
+  CHECK_THROWS_WITH_AS(save_to(m), doctest::Contains("is the checkpoint folder"), Error);
+  CHECK_THROWS_WITH_AS(save_to(t / "alias"), doctest::Contains("is the checkpoint folder"), Error);
+  CHECK_THROWS_WITH_AS(save_to(m / ".."), doctest::Contains("contains the checkpoint folder"),
+                       Error);
+  CHECK_THROWS_WITH_AS(save_to(t.path()), doctest::Contains("contains the checkpoint folder"),
+                       Error);
+  CHECK(read_text(m / "model.onnx") == "kept with the checkpoint");
+  CHECK(read_text(m / "config.json") == "{}");
+  CHECK(read_text(t / "models" / "model.onnx") == "kept beside it");
+  CHECK(fs::is_symlink(t / "alias"));
+  save_to(t / "out");  // elsewhere is fine, and the runtime files are copied
+  CHECK(read_text(t / "out" / "config.json") == "{}");
+}
+
 TEST_CASE("save: stale temp folders of killed runs are removed") {
   TempDir t;
   fs::path stale = t / ".out.mobius-tmp-999999999";

@@ -1,4 +1,4 @@
-// main.cpp - the mobius command line: build, list, plugins.
+// main.cpp - the mobius command line: build, download, list, plugins.
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,12 +9,15 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "mobius/build.hpp"
+#include "mobius/hub.hpp"
 #include "mobius/plugins.hpp"
 #include "mobius/registry.hpp"
 
@@ -25,6 +28,49 @@
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+
+// Every message the CLI prints to a terminal passes through here, as the last line of defence
+// for values quoted from files: control bytes (C0 but '\n' between lines, DEL, C1 as UTF-8, and
+// any byte that is not UTF-8) become \xNN, and the whole is cut at 16 KiB.
+std::string terminal_safe(std::string_view s) {
+  constexpr size_t kMax = 16u << 10;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  size_t i = 0;
+  auto escape = [&](size_t n) {
+    for (size_t k = 0; k < n; ++k) {
+      const auto u = static_cast<unsigned char>(s[i + k]);
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+    i += n;
+  };
+  while (i < s.size() && out.size() < kMax) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u == '\n' || (u >= 0x20 && u < 0x7F)) {
+      out += static_cast<char>(u);
+      ++i;
+      continue;
+    }
+    if (u < 0x80) {
+      escape(1);
+      continue;
+    }
+    // A UTF-8 sequence is kept when it is valid and not a C1 control (U+0080..U+009F).
+    const size_t n = u >= 0xC2 && u <= 0xDF ? 2 : u >= 0xE0 && u <= 0xEF ? 3 : u >= 0xF0 && u <= 0xF4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size() && !(u == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0);
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (!ok) {
+      escape(1);
+      continue;
+    }
+    out.append(s.substr(i, n));
+    i += n;
+  }
+  if (i < s.size()) out += "... (" + std::to_string(s.size() - i) + " more bytes not shown)";
+  return out;
+}
 
 void on_signal(int sig) {
   g_interrupted = true;
@@ -100,8 +146,10 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
 void warn_failed(const Loaded& l) {
   for (const auto& r : l.records)
     if (!r.loaded && !r.deferred)
-      std::cerr << "mobius: warning: plugin " << (r.library.empty() ? r.manifest : r.library).string()
-                << " not loaded: " << r.error << "\n";
+      std::cerr << terminal_safe("mobius: warning: plugin " +
+                                 (r.library.empty() ? r.manifest : r.library).string() +
+                                 " not loaded: " + r.error)
+                << "\n";
 }
 
 int cmd_list(const std::vector<std::string>& paths, bool json) {
@@ -153,9 +201,20 @@ std::vector<std::string> wanted_types(const std::string& model) {
   }
 }
 
-int cmd_build(const std::string& model, const std::string& out,
-              const std::vector<std::string>& paths, const mobius::BuildOptions& opts,
-              int threads) {
+int cmd_build(const std::string& model_arg, const std::string& revision, const std::string& out,
+              const std::vector<std::string>& paths, mobius::BuildOptions opts, int threads) {
+  // A local folder, or a hub id fetched into (or, offline, found in) huggingface_hub's cache.
+  mobius::HubOptions ho;
+  ho.revision = revision;
+  ho.weights = !opts.no_weights;
+  ho.quiet = opts.quiet;
+  ho.progress = !opts.quiet && ::isatty(STDERR_FILENO);
+  const mobius::ModelSource src = mobius::resolve_model(model_arg, ho);
+  const std::string model = src.dir.string();
+  // OUT must be neither the checkpoint folder nor one holding it: refused before any work.
+  mobius::check_output_folder(out, model);
+  opts.source_repo = src.repo_id;
+  opts.source_commit = src.commit;
   // Only the plugin whose manifest claims the config's model type runs; when none does, every
   // plugin is loaded so the error can suggest near matches.
   std::vector<std::string> types = wanted_types(model);
@@ -190,8 +249,19 @@ int cmd_build(const std::string& model, const std::string& out,
     std::snprintf(line, sizeof(line), "%zu nodes, %zu initializers, %.1f MiB of weights, %.2f s",
                   pkg.node_count(), pkg.initializer_count(),
                   static_cast<double>(pkg.weight_bytes()) / (1024.0 * 1024.0), secs);
-    std::cout << "built " << pkg.model_type() << " -> " << out << " (" << line << ")\n";
+    std::cout << terminal_safe("built " + pkg.model_type() + " -> " + out + " (" + line + ")")
+              << "\n";
   }
+  return 0;
+}
+
+// Fetches only, and prints the snapshot folder (as `hf download` does).
+int cmd_download(const std::string& spec, const std::string& revision, bool quiet) {
+  mobius::HubOptions ho;
+  ho.revision = revision;
+  ho.quiet = quiet;
+  ho.progress = !quiet && ::isatty(STDERR_FILENO);
+  std::cout << mobius::fetch_from_hub(spec, ho).dir.string() << "\n";
   return 0;
 }
 
@@ -214,12 +284,16 @@ int main(int argc, char** argv) {
         ->type_name("DIR");
   };
 
-  std::string model, out;
+  std::string model, out, revision;
   mobius::BuildOptions opts;
   CLI::App* build = app.add_subcommand("build", "Build a checkpoint into OUT/model.onnx + external data");
-  build->add_option("--model,-m", model, "Checkpoint folder holding config.json and weights")
+  build->add_option("--model,-m", model,
+                    "Checkpoint folder holding config.json and weights, or a Hugging Face Hub id "
+                    "org/name[@REV] fetched into the huggingface_hub cache")
       ->required()
-      ->type_name("DIR");
+      ->type_name("DIR|ORG/NAME");
+  build->add_option("--revision", revision, "Hub branch, tag or commit of --model (default: main)")
+      ->type_name("REV");
   build->add_option("out", out, "Output folder (replaced atomically when it holds an earlier model)")
       ->required()
       ->type_name("OUT");
@@ -237,6 +311,15 @@ int main(int argc, char** argv) {
   build->add_flag("--quiet,-q", opts.quiet, "Print errors only (no progress bar)");
   add_plugin_path(build);
 
+  std::string repo;
+  bool download_quiet = false;
+  CLI::App* download = app.add_subcommand(
+      "download", "Fetch a hub model's config, tokenizer and weights into the huggingface_hub "
+                  "cache; print its snapshot folder");
+  download->add_option("repo", repo, "Hugging Face Hub id")->required()->type_name("ORG/NAME[@REV]");
+  download->add_option("--revision", revision, "Branch, tag or commit (default: main)")->type_name("REV");
+  download->add_flag("--quiet,-q", download_quiet, "Print the folder and errors only (no progress bar)");
+
   CLI::App* list = app.add_subcommand("list", "List the model types the plugins register");
   list->add_flag("--json", json, "Machine-readable output");
   add_plugin_path(list);
@@ -252,19 +335,22 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*build) return cmd_build(model, out, plugin_paths, opts, threads);
+    if (*build) return cmd_build(model, revision, out, plugin_paths, opts, threads);
+    if (*download) return cmd_download(repo, revision, download_quiet);
     if (*list) return cmd_list(plugin_paths, json);
     if (*plugins) return cmd_plugins(plugin_paths, json);
   } catch (const mobius::Error& e) {
     // A plugin's fault (its message names the plugin) is never reported as the user's.
     bool plugin = e.kind() == mobius::ErrorKind::Plugin || e.kind() == mobius::ErrorKind::Internal;
-    std::cerr << "mobius: " << (plugin ? "plugin error: " : "error: ") << e.what() << "\n";
+    std::cerr << terminal_safe(std::string("mobius: ") + (plugin ? "plugin error: " : "error: ") +
+                               e.what())
+              << "\n";
     return g_interrupted ? 130 : 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "mobius: internal error: out of memory\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "mobius: error: " << e.what() << "\n";
+    std::cerr << terminal_safe(std::string("mobius: error: ") + e.what()) << "\n";
     return g_interrupted ? 130 : 1;
   }
   return 0;

@@ -1,33 +1,39 @@
 // build.cpp - from a checkpoint folder to a ModelPackage: config, registry, plugin build, preflight.
 #include "mobius/build.hpp"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.hpp"
+#include "checkpoint_files.hpp"
 #include "context.hpp"
 #include "package.hpp"
+#include "untrusted.hpp"
 
 namespace mobius {
 namespace fs = std::filesystem;
 
 namespace {
 
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+
+// config.json's text, read from its folder under the folder's rule (checkpoint_files.hpp): a
+// regular file, or a cache snapshot's link into its repository's blobs, nothing else.
+std::string read_config_text(const ModelFolder& folder, const fs::path& display) {
+  return folder.read_text("config.json", display.string(), "config", kMaxConfigBytes);
+}
+
+nlohmann::json parse_config_text(const std::string& text, const fs::path& p) {
+  // Size, nesting depth and value count are enforced while parsing (untrusted.hpp).
+  return parse_json_limited(text, p.string(), kConfigLimits);
+}
+
 nlohmann::json read_json_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error("[config] " + p.string() + ": cannot open");
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<std::streamoff>(in.tellg());
-  if (size > (16 << 20)) throw Error("[config] " + p.string() + ": larger than 16 MiB");
-  in.seekg(0);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("[config] " + p.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const ModelFolder folder(dir);
+  const std::string name = p.filename().string();
+  return parse_config_text(folder.read_text(name, p.string(), "config", kMaxConfigBytes), p);
 }
 
 int32_t parse_dtype(const std::string& s) {
@@ -37,15 +43,13 @@ int32_t parse_dtype(const std::string& s) {
   throw Error("[options] unknown dtype '" + s + "' (expected f32, f16 or bf16)");
 }
 
-// The text of `file` when it is a regular file of at most 16 MiB; else nothing.
-std::optional<std::string> read_small_file(const fs::path& file) {
+// The text of config.json in dir when it has one (read under the folder's rule); else nothing.
+std::optional<std::string> read_source_config(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (16u << 20) || ec) return {};
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  if (!fs::is_directory(dir, ec)) return {};
+  const ModelFolder folder(dir);
+  if (!folder.has("config.json")) return {};
+  return read_config_text(folder, dir / "config.json");
 }
 
 // Who ran the code that failed, for messages: "plugin 'llama' 0.1.0 (/path/libmobius_llama.so)".
@@ -71,8 +75,10 @@ bool plugin_fault(const Error& e) {
 
 }  // namespace
 
-std::string config_model_type(const fs::path& config_file, const ModelRegistry* registry) {
-  nlohmann::json cfg = read_json_file(config_file);
+namespace {
+
+std::string model_type_of(const nlohmann::json& cfg, const fs::path& config_file,
+                          const ModelRegistry* registry) {
   if (!cfg.is_object()) throw Error("[config] " + config_file.string() + ": not a JSON object");
   auto type_of = [&](const nlohmann::json& j) -> std::string {
     auto it = j.find("model_type");
@@ -93,6 +99,12 @@ std::string config_model_type(const fs::path& config_file, const ModelRegistry* 
   if (top.empty())
     throw Error("[config] " + config_file.string() + ": no 'model_type' key");
   return top;  // unknown: the registry lookup reports near matches
+}
+
+}  // namespace
+
+std::string config_model_type(const fs::path& config_file, const ModelRegistry* registry) {
+  return model_type_of(read_json_file(config_file), config_file, registry);
 }
 
 std::vector<std::string> config_model_types(const fs::path& config_file) {
@@ -187,8 +199,7 @@ ModelPackage build_with(const std::string& model_type,
                         const BuildOptions& opts, const fs::path& checkpoint_dir,
                         const std::string& normalized_config) {
   auto impl = start(model_type, checkpoint_dir, opts,
-                    checkpoint_dir.empty() ? std::nullopt
-                                           : read_small_file(checkpoint_dir / "config.json"));
+                    checkpoint_dir.empty() ? std::nullopt : read_source_config(checkpoint_dir));
   impl->normalized_config = normalized_config;
   build_fn(impl->ctx.get());
   finish(*impl);
@@ -226,15 +237,16 @@ ModelPackage build(const std::string& source, const BuildOptions& opts,
   fs::path dir(source);
   if (!fs::is_directory(dir))
     throw Error("[source] '" + source + "' is not a folder holding config.json and weights");
+  // The folder is resolved once (it may be reached through links, e.g. a cache snapshot's
+  // refs); config.json and the checkpoint are then read relative to the resolved folder.
+  const ModelFolder folder(dir);
   fs::path cfg = dir / "config.json";
-  if (!fs::is_regular_file(cfg)) throw Error("[source] " + cfg.string() + ": not found");
-  std::string model_type = config_model_type(cfg, &registry);
+  if (!folder.has("config.json")) throw Error("[source] " + cfg.string() + ": not found");
+  const std::string config_text = read_config_text(folder, cfg);
+  std::string model_type = model_type_of(parse_config_text(config_text, cfg), cfg, &registry);
   const Registration& reg = registry.get(model_type);
-  std::ifstream in(cfg, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
   try {
-    return ModelPackage(build_impl(reg, dir, ss.str(), opts));
+    return ModelPackage(build_impl(reg, folder.path(), config_text, opts));
   } catch (const Error& e) {
     // Whose fault it is comes from the error's kind, which the plugin set across the ABI.
     if (plugin_fault(e))

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
+#include <deque>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -87,30 +89,277 @@ void OwnedFd::reset() {
   fd_ = -1;
 }
 
-OpenedFile open_regular_file(const fs::path& path, const std::string& display, bool no_follow,
-                             const CheckpointFormat& fmt) {
-  int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-  if (no_follow) flags |= O_NOFOLLOW;
-  int raw;
+namespace {
+
+constexpr int kMaxLinks = 40;  // as the kernel's own limit for one path
+
+int open_at(int dirfd, const char* name, int flags) {
+  int fd;
   do {
-    raw = ::open(path.c_str(), flags);
-  } while (raw < 0 && errno == EINTR);
-  if (raw < 0) {
-    const int err = errno;
-    fmt.fail(display, "cannot open: " + errno_text(err));
+    fd = ::openat(dirfd, name, flags | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// The text of the link `name` in dirfd, as readlink gives it; nullopt with errno set on failure.
+std::optional<std::string> read_link_at(int dirfd, const std::string& name) {
+  std::string text(256, '\0');
+  for (;;) {
+    const ssize_t n = ::readlinkat(dirfd, name.c_str(), text.data(), text.size());
+    if (n < 0) return std::nullopt;
+    if (static_cast<size_t>(n) < text.size()) {
+      text.resize(static_cast<size_t>(n));
+      return text;
+    }
+    if (text.size() >= (size_t{1} << 16)) {
+      errno = ENAMETOOLONG;
+      return std::nullopt;
+    }
+    text.resize(text.size() * 2);
   }
-  OpenedFile file{OwnedFd(raw), 0};
+}
+
+// The components of a relative name or a link's text, in order ('/' separates; empty ones
+// dropped). "." and ".." are kept: they are resolved against the open folders.
+std::vector<std::string> components(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t stop = s.find('/', start);
+    if (stop == std::string_view::npos) stop = s.size();
+    if (stop > start) out.emplace_back(s.substr(start, stop - start));
+    start = stop + 1;
+  }
+  return out;
+}
+
+// The opened file when fd is a regular file; else NotRegular (fd is closed either way on error).
+FolderResult finish_open(int fd, FolderResult r) {
+  OwnedFd owned(fd);
   struct stat st {};
-  if (::fstat(raw, &st) != 0) {
-    const int err = errno;
-    fmt.fail(display, "cannot stat: " + errno_text(err));
+  if (::fstat(fd, &st) != 0) {
+    r.error = FolderError::Io;
+    r.err = errno;
+    return r;
   }
-  if (!S_ISREG(st.st_mode)) fmt.fail(display, "not a regular file");
+  if (!S_ISREG(st.st_mode)) {
+    r.error = FolderError::NotRegular;
+    return r;
+  }
   // Regular-file reads ignore O_NONBLOCK; clear it anyway so the descriptor is ordinary.
-  const int fl = ::fcntl(raw, F_GETFL);
-  if (fl >= 0) ::fcntl(raw, F_SETFL, fl & ~O_NONBLOCK);
-  file.size = static_cast<uint64_t>(st.st_size);
-  return file;
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  r.file.fd = std::move(owned);
+  r.file.size = static_cast<uint64_t>(st.st_size);
+  r.error = FolderError::None;
+  return r;
+}
+
+}  // namespace
+
+std::string FolderResult::reason() const {
+  const std::string via = link.empty() ? "" : " (" + link + ")";
+  switch (error) {
+    case FolderError::None: return "";
+    case FolderError::Missing: return "cannot open: " + errno_text(ENOENT) + via;
+    case FolderError::Outside:
+      if (link.empty()) return "resolves outside the checkpoint folder";
+      return "not a regular file: " + link + ", which resolves outside the checkpoint folder" +
+             (hub ? " and this repository's blobs folder" : "");
+    case FolderError::BlobIsLink:
+      return "not a regular file: " + link + ", a blob that is itself a symbolic link";
+    case FolderError::NotRegular: return "not a regular file" + via;
+    case FolderError::Loop: return "cannot open: " + errno_text(ELOOP) + via;
+    case FolderError::Io: return "cannot open: " + errno_text(err) + via;
+  }
+  return "";
+}
+
+ModelFolder::ModelFolder(const fs::path& dir) {
+  char* real = ::realpath(dir.c_str(), nullptr);
+  if (!real) {
+    const int err = errno;
+    throw Error("[checkpoint] " + dir.string() + ": cannot resolve: " + errno_text(err));
+  }
+  path_ = real;
+  std::free(real);
+  const int fd = open_at(AT_FDCWD, path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    throw Error("[checkpoint] " + dir.string() + ": cannot open the folder: " + errno_text(err));
+  }
+  dir_ = OwnedFd(fd);
+  // A folder swapped after realpath would make path_ name another folder than the descriptor:
+  // when /proc can tell, they must agree.
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  if (auto opened = read_link_at(AT_FDCWD, proc); opened && fs::path(*opened) != path_) {
+    throw Error("[checkpoint] " + dir.string() + ": the folder changed while it was opened");
+  }
+
+  // A cache snapshot: the nearest ancestor (or the folder itself) that is
+  // models--<org>--<name>/snapshots/<commit>.
+  size_t ups = 0;
+  for (fs::path p = path_; p.has_relative_path(); p = p.parent_path(), ++ups) {
+    const fs::path snapshots = p.parent_path();
+    const std::string repo_name = snapshots.parent_path().filename().string();
+    if (snapshots.filename() == "snapshots" && repo_name.size() > 8 &&
+        repo_name.compare(0, 8, "models--") == 0) {
+      repo_ = snapshots.parent_path();
+      ups += 2;
+      break;
+    }
+  }
+  if (repo_.empty()) return;
+  // The repository is reached from the snapshot's own descriptor ("..", never a path), so it is
+  // the folder this snapshot really lies in.
+  OwnedFd up(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  for (size_t i = 0; i < ups && up.get() >= 0; ++i) {
+    up = OwnedFd(open_at(up.get(), "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
+  }
+  struct stat by_fd {}, by_path {};
+  if (up.get() < 0 || ::fstat(up.get(), &by_fd) != 0 || ::stat(repo_.c_str(), &by_path) != 0 ||
+      !same_file(by_fd, by_path)) {
+    repo_.clear();
+    return;
+  }
+  blobs_ = OwnedFd(open_at(up.get(), "blobs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW));
+}
+
+bool ModelFolder::has(std::string_view name) const {
+  struct stat st {};
+  return ::fstatat(dir_.get(), std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+FolderResult ModelFolder::try_open(std::string_view name) const {
+  FolderResult r;
+  r.hub = !repo_.empty();
+  auto failed = [&](FolderError e, int err = 0) {
+    r.error = e;
+    r.err = err;
+    return std::move(r);
+  };
+  // The folders below the root on the way, each opened O_NOFOLLOW from the one before, and
+  // their names: ".." pops one, and popping the root means leaving the folder.
+  std::vector<OwnedFd> open_dirs;
+  std::vector<std::string> names;
+  const auto here = [&] { return open_dirs.empty() ? dir_.get() : open_dirs.back().get(); };
+  const auto rel_name = [&](const std::string& last) {
+    fs::path p;
+    for (const auto& n : names) p /= n;
+    return (p / last).string();
+  };
+  std::vector<std::string> todo_init = components(name);
+  std::deque<std::string> todo(todo_init.begin(), todo_init.end());
+  int links = 0;
+  while (!todo.empty()) {
+    const std::string c = std::move(todo.front());
+    todo.pop_front();
+    if (c == "." || c == "..") {
+      if (c == "..") {
+        if (open_dirs.empty()) return failed(FolderError::Outside);
+        open_dirs.pop_back();
+        names.pop_back();
+      }
+      continue;
+    }
+    const bool last = todo.empty();
+    const int flags = O_RDONLY | O_NOFOLLOW | (last ? O_NONBLOCK | O_NOCTTY : O_DIRECTORY);
+    const int fd = open_at(here(), c.c_str(), flags);
+    if (fd >= 0) {
+      if (last) return finish_open(fd, std::move(r));
+      open_dirs.emplace_back(fd);
+      names.push_back(c);
+      continue;
+    }
+    const int err = errno;
+    struct stat st {};
+    if (::fstatat(here(), c.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode)) {
+      if (err == ENOENT) return failed(FolderError::Missing);
+      if (err == ENOTDIR && last) return failed(FolderError::NotRegular);
+      return failed(FolderError::Io, err);
+    }
+    // A symbolic link: read its text, then decide where it may lead.
+    const std::optional<std::string> text = read_link_at(here(), c);
+    if (!text) return failed(FolderError::Io, errno);
+    r.link = quote_name(rel_name(c)) + " is a symbolic link to " + quote_name(*text);
+    if (++links > kMaxLinks) return failed(FolderError::Loop);
+    const fs::path target(*text);
+
+    // A cache snapshot's file: a link to a blob of this same repository. The decision compares
+    // the identity of the folder the text names with the blobs folder's; the blob is then opened
+    // from the blobs descriptor, without following a link.
+    if (last && blobs_.get() >= 0) {
+      fs::path base = path_;
+      for (const auto& n : names) base /= n;
+      const fs::path full = target.is_absolute() ? target : base / target;
+      const fs::path blob = full.filename();
+      struct stat blobs_st {}, named_st {};
+      // Only a text naming "<folder>/blobs/<name>" is looked at (stat, never open).
+      if (!blob.empty() && blob != "." && blob != ".." &&
+          full.parent_path().filename() == "blobs" && ::fstat(blobs_.get(), &blobs_st) == 0 &&
+          ::stat(full.parent_path().c_str(), &named_st) == 0 && same_file(blobs_st, named_st)) {
+        const int bfd = open_at(blobs_.get(), blob.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+                                                                O_NOCTTY);
+        if (bfd >= 0) return finish_open(bfd, std::move(r));
+        const int berr = errno;
+        struct stat bst {};
+        if (::fstatat(blobs_.get(), blob.c_str(), &bst, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISLNK(bst.st_mode)) {
+          return failed(FolderError::BlobIsLink);
+        }
+        if (berr == ENOENT) return failed(FolderError::Missing);
+        return failed(FolderError::Io, berr);
+      }
+    }
+
+    // Otherwise the link is followed only inside the folder: an absolute text must start with
+    // the folder's own path, and its components (".." included) are resolved like the name's.
+    std::vector<std::string> next;
+    if (target.is_absolute()) {
+      if (!path_within(path_, target)) return failed(FolderError::Outside);
+      open_dirs.clear();
+      names.clear();
+      // The raw remainder after the folder's path, so every ".." in it is resolved against the
+      // open folders rather than lexically.
+      auto it = target.begin();
+      for (auto r_it = path_.begin(); r_it != path_.end(); ++r_it) ++it;
+      for (; it != target.end(); ++it) {
+        if (!it->empty()) next.push_back(it->string());
+      }
+    } else {
+      next = components(*text);
+    }
+    todo.insert(todo.begin(), next.begin(), next.end());
+  }
+  // The name (or a link) ends at a folder: the checkpoint folder itself, or one inside it.
+  return failed(open_dirs.empty() ? FolderError::Outside : FolderError::NotRegular);
+}
+
+OpenedFile ModelFolder::open(std::string_view name, const std::string& display,
+                             const char* tag) const {
+  FolderResult r = try_open(name);
+  if (r.error != FolderError::None) {
+    throw Error("[" + std::string(tag) + "] " + display + ": " + r.reason());
+  }
+  return std::move(r.file);
+}
+
+std::string ModelFolder::read_text(std::string_view name, const std::string& display,
+                                   const char* tag, uint64_t max_bytes) const {
+  const OpenedFile file = open(name, display, tag);
+  const std::string where = "[" + std::string(tag) + "] " + display + ": ";
+  if (file.size > max_bytes) {
+    throw Error(where + "larger than " + std::to_string(max_bytes >> 20) + " MiB");
+  }
+  std::string text(static_cast<size_t>(file.size), '\0');
+  const int res = pread_exact(file.fd.get(), text.data(), file.size, 0);
+  if (res == -1) throw Error(where + "unexpected end of file");
+  if (res != 0) throw Error(where + "read error: " + errno_text(res));
+  return text;
 }
 
 int pread_exact(int fd, char* dst, uint64_t n, uint64_t off) {
@@ -150,7 +399,9 @@ CheckpointLayout checkpoint_layout(const fs::path& dir, const CheckpointFormat& 
 }
 
 bool has_checkpoint(const fs::path& dir, const CheckpointFormat& fmt) {
-  return fs::exists(dir / fmt.single_name) || fs::exists(dir / fmt.index_name);
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(dir / fmt.single_name, ec)) ||
+         fs::exists(fs::symlink_status(dir / fmt.index_name, ec));
 }
 
 std::string checkpoint_description(const CheckpointFormat& fmt, CheckpointLayout layout,
@@ -288,11 +539,11 @@ const std::string* ShardIndex::shard_of(std::string_view tensor) const {
   return it != weights.end() && it->first == tensor ? &it->second : nullptr;
 }
 
-ShardIndex read_shard_index(const fs::path& dir, const CheckpointFormat& fmt) {
+ShardIndex read_shard_index(const ModelFolder& folder, const CheckpointFormat& fmt) {
   const std::string name = fmt.index_name;
   ShardIndex index;
   {
-    const OpenedFile file = open_regular_file(dir / name, name, /*no_follow=*/false, fmt);
+    const OpenedFile file = folder.open(name, name, fmt.tag);
     if (file.size > kMaxIndexBytes) {
       fmt.fail(name, "file is " + std::to_string(file.size) + " bytes, over the 100 MiB limit");
     }
@@ -323,30 +574,29 @@ ShardIndex read_shard_index(const fs::path& dir, const CheckpointFormat& fmt) {
 }
 
 void open_shards(
-    const fs::path& dir, const ShardIndex& index, const CheckpointFormat& fmt,
+    const fs::path& dir, const ModelFolder& folder, const ShardIndex& index,
+    const CheckpointFormat& fmt,
     const std::function<void(size_t, const fs::path&, const std::string&, OpenedFile)>& load) {
-  std::error_code ec;
-  const fs::path canon_dir = fs::canonical(dir, ec);
-  if (ec) throw Error("[checkpoint] " + dir.string() + ": cannot resolve: " + ec.message());
   for (const auto& [name, id] : index.shard_ids) {
-    const fs::path path = dir / name;
-    // Symlinks are followed only if they stay inside the folder: the canonical path is checked,
-    // then that exact path is opened without following a final symlink.
-    const fs::path canon = fs::canonical(path, ec);
-    if (ec) {
-      if (ec == std::errc::no_such_file_or_directory) {
-        fmt.fail(fmt.index_name, "shard " + quote_name(name) + " does not exist");
-      }
-      fmt.fail(fmt.index_name,
-               "shard " + quote_name(name) + " cannot be resolved: " + ec.message());
-    }
-    // The shard must lie strictly below the folder (a name of "." is the folder itself).
-    if (canon == canon_dir || !path_within(canon_dir, canon)) {
-      fmt.fail(fmt.index_name,
-               "shard " + quote_name(name) + " resolves outside the checkpoint folder");
-    }
     const std::string display = printable(name);
-    load(id, path, display, open_regular_file(canon, display, /*no_follow=*/true, fmt));
+    FolderResult r = folder.try_open(name);
+    const std::string via = r.link.empty() ? "" : ": " + r.link;
+    switch (r.error) {
+      case FolderError::None: break;
+      case FolderError::Missing:
+        fmt.fail(fmt.index_name, "shard " + quote_name(name) + " does not exist" + via);
+      case FolderError::Outside:
+        fmt.fail(fmt.index_name, "shard " + quote_name(name) +
+                                     " resolves outside the checkpoint folder" + via);
+      case FolderError::NotRegular:
+      case FolderError::BlobIsLink: fmt.fail(display, r.reason());
+      case FolderError::Loop:
+      case FolderError::Io:
+        fmt.fail(fmt.index_name, "shard " + quote_name(name) + " cannot be resolved: " +
+                                     errno_text(r.error == FolderError::Loop ? ELOOP : r.err) +
+                                     via);
+    }
+    load(id, dir / name, display, std::move(r.file));
   }
 }
 

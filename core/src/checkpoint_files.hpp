@@ -2,8 +2,8 @@
 // opening a file safely, reading a shard index (*.index.json) and opening the shards it names,
 // checking the shards against it, the folder-containment rule, and the message helpers.
 //
-// Checkpoints come from strangers: names and bytes are untrusted until checked, and no shard an
-// index names is opened outside the checkpoint folder.
+// Checkpoints come from strangers: names and bytes are untrusted until checked, and no file is
+// opened from a model folder except through ModelFolder, the one rule for what may be opened.
 #pragma once
 
 #include <algorithm>
@@ -85,12 +85,6 @@ struct OpenedFile {
   uint64_t size = 0;
 };
 
-// Opens a regular file for reading: a FIFO planted under a checkpoint name cannot block the open
-// (O_NONBLOCK), and anything but a regular file (device, FIFO, directory) is refused. With
-// no_follow a final symlink is not followed (O_NOFOLLOW). Errors name `display` and the reason.
-OpenedFile open_regular_file(const std::filesystem::path& path, const std::string& display,
-                             bool no_follow, const CheckpointFormat& fmt);
-
 // Reads exactly n bytes at offset off. Returns 0 on success, -1 when the file ends first (it
 // shrank since it was validated), or an errno value. Safe to call from several threads at once.
 int pread_exact(int fd, char* dst, uint64_t n, uint64_t off);
@@ -101,16 +95,96 @@ void check_read(int result, const CheckpointFormat& fmt, const std::string& disp
                 const std::string& what, const char* eof_hint = "");
 
 // ---------------------------------------------------------------------------------------------
+// The model folder
+
+// Why a name inside a model folder was not opened.
+enum class FolderError {
+  None,
+  Missing,     // nothing by that name (or a link to nothing)
+  Outside,     // it, or a link on the way, leads outside the folder (and outside the blobs)
+  BlobIsLink,  // a cache snapshot's link leads to a blob that is itself a link
+  NotRegular,  // a folder, device, FIFO or socket
+  Loop,        // too many links in a row
+  Io           // another error of the system (errno in FolderResult::err)
+};
+
+struct FolderResult {
+  OpenedFile file;                         // open when error == None
+  FolderError error = FolderError::None;
+  int err = 0;                             // errno for Io
+  // The last link followed, "'<link>' is a symbolic link to '<text>'": the link's name inside
+  // the folder and its text as readlink gives it, both quoted; empty when no link was met.
+  std::string link;
+  bool hub = false;                        // the folder is a cache snapshot
+  // The reason, for a message "<file>: <reason>": e.g. "not a regular file: 'config.json' is a
+  // symbolic link to '/etc/passwd', which resolves outside the checkpoint folder".
+  std::string reason() const;
+};
+
+// A model folder, resolved once with realpath and held open. Every file mobius reads from a
+// model folder (config.json, the weights, index files and shards, the runtime files copied
+// beside the model) is opened through it, under one rule:
+//
+//  - a file is read when it is a regular file inside the folder, reached through real folders;
+//  - a symbolic link inside the folder is followed one step at a time while every step stays
+//    inside the folder;
+//  - when the folder is a Hugging Face cache snapshot, <cache>/models--<org>--<name>/snapshots/
+//    <commit>/ (or a folder below one), a link may also lead into that same repository's blobs/
+//    folder (huggingface_hub writes "../../blobs/<hash>"), to a blob that is a regular file;
+//  - nothing else is opened: a link leading anywhere else (another repository's blobs, /etc,
+//    /proc, /dev) is refused before anything is opened; a device, FIFO, socket or folder is
+//    refused by fstat after an O_NONBLOCK open, so it cannot block or be read.
+//
+// The kernel never follows a link on the way: each component is opened with O_NOFOLLOW relative
+// to the descriptor of the folder it is in (a blob relative to the descriptor of the repository's
+// blobs/, found from the snapshot's own descriptor), and each link's text is read with readlinkat
+// and checked before it is followed. A file or folder swapped between a check and an open
+// therefore fails to open instead of leading elsewhere. Messages name the link and its text,
+// never anything read from a target.
+class ModelFolder {
+ public:
+  // Resolves dir (which may itself be reached through links) with realpath and opens it. Throws
+  // "[checkpoint] <dir>: cannot resolve: <reason>".
+  explicit ModelFolder(const std::filesystem::path& dir);
+  ModelFolder(ModelFolder&&) noexcept = default;
+  ModelFolder& operator=(ModelFolder&&) noexcept = default;
+
+  const std::filesystem::path& path() const { return path_; }  // canonical
+  // The repository folder (<cache>/models--<org>--<name>) of a cache snapshot, else empty.
+  const std::filesystem::path& hub_repo() const { return repo_; }
+
+  // True when an entry of any kind (a dangling link too) has this single-component name. Looks
+  // at the entry itself; follows nothing and opens nothing.
+  bool has(std::string_view name) const;
+
+  // Opens `name`, a relative path with '/' separators, under the rule above.
+  FolderResult try_open(std::string_view name) const;
+  // The same, throwing "[<tag>] <display>: <reason>" on failure.
+  OpenedFile open(std::string_view name, const std::string& display, const char* tag) const;
+  // The whole text of a file of at most max_bytes, read through open(); throws
+  // "[<tag>] <display>: larger than <limit>" for a larger one.
+  std::string read_text(std::string_view name, const std::string& display, const char* tag,
+                        uint64_t max_bytes) const;
+
+ private:
+  std::filesystem::path path_;
+  OwnedFd dir_;
+  std::filesystem::path repo_;
+  OwnedFd blobs_;  // <repo>/blobs of a cache snapshot, when it exists
+};
+
+// ---------------------------------------------------------------------------------------------
 // Layout and shards
 
 enum class CheckpointLayout { Single, Sharded };
 
-// Which layout dir holds in fmt: the single file when its name exists at all (a dangling link is
-// then reported rather than silently skipped), else the index. Throws "[checkpoint] <dir>: no
-// <single> or <index>" when neither exists.
+// Which layout dir holds in fmt: the single file when its name exists at all (a link is then
+// opened under ModelFolder's rule or refused, never silently skipped), else the index. Throws
+// "[checkpoint] <dir>: no <single> or <index>" when neither exists.
 CheckpointLayout checkpoint_layout(const std::filesystem::path& dir, const CheckpointFormat& fmt);
 
-// True when dir has the single file or the index of fmt (following links).
+// True when dir has an entry named like the single file or the index of fmt (a link counts,
+// wherever it leads: opening it decides).
 bool has_checkpoint(const std::filesystem::path& dir, const CheckpointFormat& fmt);
 
 // The validated weight_map of an index: the file is at most 100 MiB of JSON, parsed without a
@@ -123,15 +197,14 @@ struct ShardIndex {
   const std::string* shard_of(std::string_view tensor) const;
 };
 
-ShardIndex read_shard_index(const std::filesystem::path& dir, const CheckpointFormat& fmt);
+ShardIndex read_shard_index(const ModelFolder& folder, const CheckpointFormat& fmt);
 
-// Opens every shard the index names, in shard-number order, each inside the folder: the shard
-// path is resolved and must stay inside the (resolved) folder, then that exact path is opened
-// without following a final symlink, so a link swapped in between fails to open instead of
-// escaping. load(number, path, display, file) reads each shard before the next one is opened;
-// path is dir / name (for TensorMeta::file), display the printable name.
-void open_shards(const std::filesystem::path& dir, const ShardIndex& index,
-                 const CheckpointFormat& fmt,
+// Opens every shard the index names, in shard-number order, through folder.try_open (its rule
+// decides; a shard leading outside reads "shard '<name>' resolves outside the checkpoint
+// folder: <link>"). load(number, path, display, file) reads each shard before the next one is
+// opened; path is dir / name (for TensorMeta::file), display the printable name.
+void open_shards(const std::filesystem::path& dir, const ModelFolder& folder,
+                 const ShardIndex& index, const CheckpointFormat& fmt,
                  const std::function<void(size_t, const std::filesystem::path&, const std::string&,
                                           OpenedFile)>& load);
 

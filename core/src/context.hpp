@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -26,6 +27,34 @@ struct mobius_graph {
   std::set<std::string> defined;  // value names defined in this graph
 };
 
+// How large a build may grow before the host refuses it. Checked as nodes and initializers are
+// added (host_api.cpp), so a config that describes an absurd model is stopped after a few
+// cheap steps, whatever the plugin or the config checks let through. The limits are members so
+// an in-process build (and a test) may set its own.
+struct mobius_build_budget {
+  // Nodes of every graph, Constant nodes and subgraph bodies included. A decoder layer is 60 to
+  // 150 nodes (llama, gemma, deepseek, qwen35), so real models stay below 20 000 and even 1024
+  // layers (the SDK's bound on num_hidden_layers) below 200 000: 10 times that is refused.
+  uint64_t max_nodes = 2'000'000;
+  uint64_t max_value_infos = 2'000'000;
+  // Initializers: a real model has a few dozen per layer (an expert bank is one).
+  uint64_t max_initializers = 1u << 20;
+  // Checkpoint tensor names in the weight plan (per-expert tensors of banks included): the
+  // largest mixtures of experts name about 70 000.
+  uint64_t max_planned_tensors = 1u << 22;
+  // Bytes of all initializers, with a checkpoint: every initializer's bytes come from it, and a
+  // float32 build of an 8-bit checkpoint is 4 times its size; 1 GiB on top for small ones.
+  uint64_t checkpoint_factor = 4;
+  uint64_t checkpoint_slack = 1ull << 30;
+  // Without a checkpoint (--no-weights): twice a float32 build of the largest released
+  // checkpoints (about 1 trillion parameters, 3.7 TiB in float32).
+  uint64_t max_bytes_without_checkpoint = 8ull << 40;
+
+  uint64_t nodes = 0, value_infos = 0, initializers = 0, initializer_bytes = 0;
+  uint64_t planned_tensors = 0;
+  std::optional<uint64_t> max_bytes;  // computed at the first initializer
+};
+
 struct mobius_context {
   mobius_build_options options{};
   std::string execution_provider = "cpu";  // the ABI field's value; nothing else is offered
@@ -45,6 +74,9 @@ struct mobius_context {
   std::set<std::string> domains;  // non-default domains used by nodes
   int node_counter = 0;
   bool quiet = false;
+  mobius_build_budget budget;
+  // source_config within the config limits (checked when a plugin first asks for it).
+  std::optional<bool> source_config_ok;
 
   mobius_context();
   mobius_graph* main() { return &graphs.front(); }

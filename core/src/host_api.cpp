@@ -1,6 +1,8 @@
 // host_api.cpp - the host's side of the C ABI: every entry validates its arguments, catches
 // every exception and turns it into a status plus last_error (the hourglass). Structs from a
 // plugin are read through read_abi_struct: only the bytes its struct_size declares.
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -8,6 +10,9 @@
 #include "context.hpp"
 #include "mobius/build.hpp"
 #include "mobius/error.hpp"
+#include "untrusted.hpp"
+
+#include <nlohmann/json.hpp>
 
 mobius_context::mobius_context() {
   options.struct_size = sizeof(options);
@@ -61,20 +66,100 @@ void check_name(const std::string& name, const char* what) {
 
 bool known_dtype(int32_t dt) { return dtype_size(dt) != 0 || dt == MOBIUS_DTYPE_BOOL; }
 
+// --- the build budget (mobius_build_budget in context.hpp) ---
+
+uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+std::string bytes_text(uint64_t n) {
+  static const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (n < 1024) return std::to_string(n) + " bytes";
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 6) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// The keys that size a model, named by every budget message: the budget is reached when the
+// config describes a much larger model than any real one (or than its checkpoint holds).
+constexpr const char* kSizeKeys =
+    "num_hidden_layers, hidden_size, intermediate_size, vocab_size, the head counts and the "
+    "expert counts in config.json";
+
+[[noreturn]] void over_budget(const std::string& what) {
+  throw Error(ErrorKind::Config,
+              "[config] the graph exceeds the build's budget: " + what + " (check " + kSizeKeys + ")");
+}
+
+void count_node(mobius_context* ctx, const std::string& name) {
+  mobius_build_budget& b = ctx->budget;
+  if (++b.nodes > b.max_nodes)
+    over_budget("more than " + std::to_string(b.max_nodes) + " nodes, at node " + quote_name(name) +
+                "; no real model needs that many");
+}
+
+void count_value_info(mobius_context* ctx, const std::string& name) {
+  mobius_build_budget& b = ctx->budget;
+  if (++b.value_infos > b.max_value_infos)
+    over_budget("more than " + std::to_string(b.max_value_infos) +
+                " graph inputs, outputs and value types, at " + quote_name(name));
+}
+
+void count_planned(mobius_context* ctx, size_t n) {
+  mobius_build_budget& b = ctx->budget;
+  b.planned_tensors = saturating_add(b.planned_tensors, n);
+  if (b.planned_tensors > b.max_planned_tensors)
+    over_budget("the weight plan names more than " + std::to_string(b.max_planned_tensors) +
+                " checkpoint tensors");
+}
+
+void count_initializer(mobius_context* ctx, const std::string& name, int32_t dtype,
+                       const std::vector<int64_t>& dims) {
+  mobius_build_budget& b = ctx->budget;
+  if (!b.max_bytes) {
+    if (ctx->checkpoint) {
+      uint64_t total = 0;
+      for (const auto& t : ctx->checkpoint->tensors()) total = saturating_add(total, t.nbytes);
+      b.max_bytes = saturating_add(saturating_mul(total, b.checkpoint_factor), b.checkpoint_slack);
+    } else {
+      b.max_bytes = b.max_bytes_without_checkpoint;
+    }
+  }
+  if (++b.initializers > b.max_initializers)
+    over_budget("more than " + std::to_string(b.max_initializers) + " initializers, at " +
+                quote_name(name));
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : dims) n = saturating_mul(n, static_cast<uint64_t>(d));
+  b.initializer_bytes = saturating_add(b.initializer_bytes, n);
+  if (b.initializer_bytes <= *b.max_bytes) return;
+  const std::string limit =
+      ctx->checkpoint ? bytes_text(*b.max_bytes) + " (" + std::to_string(b.checkpoint_factor) +
+                            " times the checkpoint's tensors plus " + bytes_text(b.checkpoint_slack) +
+                            "), so the config describes a larger model than the checkpoint holds"
+                      : bytes_text(*b.max_bytes) +
+                            " for a build without weights, more than any released model needs";
+  over_budget("initializer " + quote_name(name) + " (" + bytes_text(n) +
+              ") takes the weights past the budget of " + limit);
+}
+
 mobius_tensor_type tensor_type(const mobius_tensor_type* t, const std::string& name) {
-  return read_abi_struct(t, MOBIUS_TENSOR_TYPE_SIZE_V1, "tensor type of '" + name + "'");
+  return read_abi_struct(t, MOBIUS_TENSOR_TYPE_SIZE_V1, "tensor type of " + quote_name(name));
 }
 
 void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* type, const std::string& name) {
   const mobius_tensor_type tv = tensor_type(type, name);
   const mobius_tensor_type* t = &tv;
   if (!known_dtype(t->dtype))
-    throw Error("[abi] '" + name + "': unknown dtype " + std::to_string(t->dtype));
+    throw Error("[abi] " + quote_name(name) + ": unknown dtype " + std::to_string(t->dtype));
   auto* tt = tp->mutable_tensor_type();
   tt->set_elem_type(t->dtype);
   if (t->rank < 0) return;  // unknown rank
-  if (t->rank > 64) throw Error("[abi] '" + name + "': rank " + std::to_string(t->rank));
-  if (t->rank > 0 && !t->dims) throw Error("[abi] '" + name + "': dims is NULL");
+  if (t->rank > 64) throw Error("[abi] " + quote_name(name) + ": rank " + std::to_string(t->rank));
+  if (t->rank > 0 && !t->dims) throw Error("[abi] " + quote_name(name) + ": dims is NULL");
   auto* shape = tt->mutable_shape();
   for (int32_t i = 0; i < t->rank; ++i) {
     auto* d = shape->add_dim();
@@ -87,14 +172,14 @@ void fill_type(onnx::TypeProto* tp, const mobius_tensor_type* type, const std::s
 std::vector<int64_t> static_dims(const mobius_tensor_type* type, const std::string& name) {
   const mobius_tensor_type tv = tensor_type(type, name);
   const mobius_tensor_type* t = &tv;
-  if (t->rank < 0) throw Error("[abi] '" + name + "': needs a ranked tensor type");
-  if (t->rank > 64) throw Error("[abi] '" + name + "': rank " + std::to_string(t->rank));
-  if (t->rank > 0 && !t->dims) throw Error("[abi] '" + name + "': dims is NULL");
+  if (t->rank < 0) throw Error("[abi] " + quote_name(name) + ": needs a ranked tensor type");
+  if (t->rank > 64) throw Error("[abi] " + quote_name(name) + ": rank " + std::to_string(t->rank));
+  if (t->rank > 0 && !t->dims) throw Error("[abi] " + quote_name(name) + ": dims is NULL");
   std::vector<int64_t> dims;
   for (int32_t i = 0; i < t->rank; ++i) {
     if (t->dims[i].param && *t->dims[i].param)
-      throw Error("[abi] '" + name + "': weights need static dims");
-    if (t->dims[i].value < 0) throw Error("[abi] '" + name + "': negative dim");
+      throw Error("[abi] " + quote_name(name) + ": weights need static dims");
+    if (t->dims[i].value < 0) throw Error("[abi] " + quote_name(name) + ": negative dim");
     dims.push_back(t->dims[i].value);
   }
   return dims;
@@ -102,7 +187,7 @@ std::vector<int64_t> static_dims(const mobius_tensor_type* type, const std::stri
 
 void define(mobius_graph* g, const std::string& name) {
   if (!g->defined.insert(name).second)
-    throw Error("[graph] value '" + name + "' is defined twice");
+    throw Error("[graph] value " + quote_name(name) + " is defined twice");
 }
 
 mobius_graph* graph_checked(mobius_graph* g) {
@@ -113,21 +198,21 @@ mobius_graph* graph_checked(mobius_graph* g) {
 
 void fill_tensor(onnx::TensorProto* t, const std::string& name, int32_t dtype,
                  const std::vector<int64_t>& dims, const void* data, size_t nbytes) {
-  if (!known_dtype(dtype)) throw Error("[abi] '" + name + "': unknown dtype");
+  if (!known_dtype(dtype)) throw Error("[abi] " + quote_name(name) + ": unknown dtype");
   uint64_t n = 1;
   for (int64_t d : dims) {
-    if (d < 0) throw Error("[abi] '" + name + "': negative dim");
+    if (d < 0) throw Error("[abi] " + quote_name(name) + ": negative dim");
     if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d))
-      throw Error("[abi] '" + name + "': size overflows");
+      throw Error("[abi] " + quote_name(name) + ": size overflows");
     n *= static_cast<uint64_t>(d);
   }
   size_t es = dtype == MOBIUS_DTYPE_BOOL ? 1 : dtype_size(dtype);
   if (n * es != nbytes)
-    throw Error("[abi] constant '" + name + "': " + std::to_string(nbytes) + " bytes for " +
+    throw Error("[abi] constant " + quote_name(name) + ": " + std::to_string(nbytes) + " bytes for " +
                 std::to_string(n) + " elements of " + dtype_name(dtype));
-  if (nbytes && !data) throw Error("[abi] constant '" + name + "': data is NULL");
+  if (nbytes && !data) throw Error("[abi] constant " + quote_name(name) + ": data is NULL");
   if (nbytes > (64u << 20))
-    throw Error("[abi] constant '" + name + "' is larger than 64 MiB: use an initializer");
+    throw Error("[abi] constant " + quote_name(name) + " is larger than 64 MiB: use an initializer");
   t->set_name(name);
   t->set_data_type(dtype);
   for (int64_t d : dims) t->add_dims(d);
@@ -142,7 +227,9 @@ void api_log(mobius_context* ctx, int32_t level, const char* message) {
   if (level < MOBIUS_LOG_INFO) return;
   static const char* names[] = {"debug", "info", "warning", "error"};
   try {
-    std::cerr << "mobius: " << names[std::clamp(level, 0, 3)] << ": " << message << "\n";
+    // A plugin's words may quote its config: made safe for the terminal and cut.
+    std::cerr << "mobius: " << names[std::clamp(level, 0, 3)] << ": " << printable_lines(message)
+              << "\n";
   } catch (...) {
     // A log line that cannot be written is dropped.
   }
@@ -152,10 +239,22 @@ const char* api_last_error(mobius_context* ctx) {
   return ctx ? ctx->last_error.c_str() : g_orphan_error.c_str();
 }
 
+constexpr size_t kMaxPluginMessage = 64u << 10;
+
+std::string cut_message(const char* message) {
+  const size_t len = ::strnlen(message, kMaxPluginMessage + 1);
+  if (len <= kMaxPluginMessage) return std::string(message, len);
+  size_t n = kMaxPluginMessage;
+  while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+  return std::string(message, n) + "... (cut at " + std::to_string(kMaxPluginMessage >> 10) +
+         " KiB)";
+}
+
 void api_set_error_kind(mobius_context* ctx, mobius_error_kind kind, const char* message) {
   try {
-    // A copy first: the message may be last_error(ctx) itself.
-    std::string m = message ? message : "unknown plugin error";
+    // A copy first: the message may be last_error(ctx) itself. A plugin's message may quote
+    // its config at any length; the host keeps at most kMaxPluginMessage bytes of it.
+    std::string m = message ? cut_message(message) : "unknown plugin error";
     if (ctx) {
       ctx->plugin_error = m;
       ctx->plugin_error_kind = kind;
@@ -193,7 +292,7 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
     std::string task = str(a->task, "task");
     check_name(model_type, "model type");
     if (!a->build || !a->parse_config)
-      throw Error("[abi] model type '" + model_type + "': build or parse_config is NULL");
+      throw Error("[abi] model type " + quote_name(model_type) + ": build or parse_config is NULL");
     Registration r;
     r.model_type = model_type;
     r.task = task;
@@ -218,18 +317,21 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
                                   s->failed = true;  // never throw into the plugin
                                 }
                               }};
+      // The text a plugin parses is within the config limits (size, nesting, value count),
+      // whoever read it: the plugin's parser never sees a document it could choke on.
+      parse_json_limited(json, "config.json", kConfigLimits);
       ctx->plugin_error.clear();
       ctx->plugin_error_kind = 0;
       mobius_status st = MOBIUS_ERROR;
       try {
         st = parse(user, ctx, json.c_str(), &sink);
       } catch (...) {
-        throw Error(ErrorKind::Internal, "[plugin] parse_config of '" + model_type +
-                                             "' let an exception cross the C ABI");
+        throw Error(ErrorKind::Internal, "[plugin] parse_config of " + quote_name(model_type) +
+                                             " let an exception cross the C ABI");
       }
       if (st != MOBIUS_OK)
-        throw plugin_failure(ctx, "[plugin] parse_config of '" + model_type +
-                                      "' failed without a message");
+        throw plugin_failure(ctx, "[plugin] parse_config of " + quote_name(model_type) +
+                                      " failed without a message");
       if (out.failed) throw Error(ErrorKind::Internal, "[internal] out of memory");
       return std::move(out.text);
     };
@@ -241,14 +343,14 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
         st = build(user, ctx, json.c_str());
       } catch (...) {
         throw Error(ErrorKind::Internal,
-                    "[plugin] build of '" + model_type + "' let an exception cross the C ABI");
+                    "[plugin] build of " + quote_name(model_type) + " let an exception cross the C ABI");
       }
       if (st != MOBIUS_OK)
-        throw plugin_failure(ctx, "[plugin] build of '" + model_type + "' failed without a message");
+        throw plugin_failure(ctx, "[plugin] build of " + quote_name(model_type) + " failed without a message");
     };
     for (const auto& existing : reg->registrations)
       if (existing.model_type == model_type)
-        throw Error("[registry] model type '" + model_type + "' registered twice");
+        throw Error("[registry] model type " + quote_name(model_type) + " registered twice");
     reg->registrations.push_back(std::move(r));
     return MOBIUS_OK;
   } catch (const std::exception& e) {
@@ -299,6 +401,7 @@ mobius_status api_add_input(mobius_graph* g, const char* name, const mobius_tens
     graph_checked(g);
     std::string n = str(name, "input name");
     check_name(n, "input");
+    count_value_info(g->ctx, n);
     onnx::ValueInfoProto vi;
     vi.set_name(n);
     fill_type(vi.mutable_type(), type, n);
@@ -313,9 +416,10 @@ mobius_status api_add_output(mobius_graph* g, const char* name, const mobius_ten
     std::string n = str(name, "output name");
     check_name(n, "output");
     if (g->is_main && !g->defined.count(n))
-      throw Error("[graph] output '" + n + "' is not produced by any node");
+      throw Error("[graph] output " + quote_name(n) + " is not produced by any node");
     for (const auto& o : g->proto->output())
-      if (o.name() == n) throw Error("[graph] output '" + n + "' declared twice");
+      if (o.name() == n) throw Error("[graph] output " + quote_name(n) + " declared twice");
+    count_value_info(g->ctx, n);
     onnx::ValueInfoProto vi;
     vi.set_name(n);
     fill_type(vi.mutable_type(), type, n);
@@ -329,11 +433,12 @@ mobius_status api_add_initializer(mobius_graph* g, const char* name,
     graph_checked(g);
     std::string n = str(name, "initializer name");
     check_name(n, "initializer");
-    if (!g->is_main) throw Error("[graph] initializer '" + n + "' must live in the main graph");
+    if (!g->is_main) throw Error("[graph] initializer " + quote_name(n) + " must live in the main graph");
     std::vector<int64_t> dims = static_dims(type, n);
     if (!known_dtype(type->dtype) || type->dtype == MOBIUS_DTYPE_BOOL)
-      throw Error("[graph] initializer '" + n + "': unsupported dtype");
-    if (g->defined.count(n)) throw Error("[graph] value '" + n + "' is defined twice");
+      throw Error("[graph] initializer " + quote_name(n) + ": unsupported dtype");
+    if (g->defined.count(n)) throw Error("[graph] value " + quote_name(n) + " is defined twice");
+    count_initializer(g->ctx, n, type->dtype, dims);
     g->ctx->plan.declare(n, type->dtype, dims);
     define(g, n);
     auto* t = g->proto->add_initializer();
@@ -350,6 +455,7 @@ mobius_status api_add_constant(mobius_graph* g, const char* name, const mobius_t
     std::string n = str(name, "constant name");
     check_name(n, "constant");
     std::vector<int64_t> dims = static_dims(type, n);
+    count_node(g->ctx, n);
     // A Constant node, so constants may live in subgraphs too and never mix with weights.
     onnx::NodeProto node;
     node.set_op_type("Constant");
@@ -367,13 +473,13 @@ mobius_status api_add_constant(mobius_graph* g, const char* name, const mobius_t
 void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius_attribute* attr,
                     const std::string& node) {
   const mobius_attribute av =
-      read_abi_struct(attr, MOBIUS_ATTRIBUTE_SIZE_V1, "attribute of node '" + node + "'");
+      read_abi_struct(attr, MOBIUS_ATTRIBUTE_SIZE_V1, "attribute of node " + quote_name(node));
   const mobius_attribute* a = &av;
   std::string name = str(a->name, "attribute name");
   check_name(name, "attribute");
   out->set_name(name);
   auto need = [&](const void* p) {
-    if (a->count && !p) throw Error("[abi] attribute '" + name + "': NULL list");
+    if (a->count && !p) throw Error("[abi] attribute " + quote_name(name) + ": NULL list");
   };
   switch (a->kind) {
     case MOBIUS_ATTR_FLOAT: out->set_type(onnx::AttributeProto::FLOAT); out->set_f(a->f); break;
@@ -400,7 +506,7 @@ void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius
     case MOBIUS_ATTR_TENSOR: {
       out->set_type(onnx::AttributeProto::TENSOR);
       if (a->tensor_rank < 0 || a->tensor_rank > 64 || (a->tensor_rank && !a->tensor_dims))
-        throw Error("[abi] attribute '" + name + "': bad tensor rank");
+        throw Error("[abi] attribute " + quote_name(name) + ": bad tensor rank");
       std::vector<int64_t> dims(a->tensor_dims, a->tensor_dims + a->tensor_rank);
       fill_tensor(out->mutable_t(), "", a->tensor_dtype, dims, a->tensor_data, a->tensor_nbytes);
       break;
@@ -408,15 +514,15 @@ void fill_attribute(mobius_context* ctx, onnx::AttributeProto* out, const mobius
     case MOBIUS_ATTR_GRAPH: {
       mobius_graph* sg = a->graph;
       if (!sg || sg->ctx != ctx || sg->is_main || !sg->owned)
-        throw Error("[abi] attribute '" + name + "': not a subgraph of this build");
-      if (sg->consumed) throw Error("[abi] attribute '" + name + "': subgraph used twice");
+        throw Error("[abi] attribute " + quote_name(name) + ": not a subgraph of this build");
+      if (sg->consumed) throw Error("[abi] attribute " + quote_name(name) + ": subgraph used twice");
       out->set_type(onnx::AttributeProto::GRAPH);
       *out->mutable_g() = std::move(*sg->owned);
       sg->consumed = true;
       break;
     }
     default:
-      throw Error("[abi] attribute '" + name + "': unknown kind " + std::to_string(a->kind));
+      throw Error("[abi] attribute " + quote_name(name) + ": unknown kind " + std::to_string(a->kind));
   }
 }
 
@@ -430,11 +536,12 @@ mobius_status api_add_node(mobius_graph* g, const mobius_node* node_in) {
     std::string domain = n->domain ? n->domain : "";
     std::string name = n->name && *n->name ? n->name : op + "_" + std::to_string(g->ctx->node_counter);
     ++g->ctx->node_counter;
+    count_node(g->ctx, name);
     if ((n->n_inputs && !n->inputs) || (n->n_outputs && !n->outputs) ||
         (n->n_attributes && !n->attributes))
-      throw Error("[graph] node '" + name + "': NULL array");
+      throw Error("[graph] node " + quote_name(name) + ": NULL array");
     if (n->n_inputs > 4096 || n->n_outputs > 4096 || n->n_attributes > 256)
-      throw Error("[graph] node '" + name + "': too many inputs, outputs or attributes");
+      throw Error("[graph] node " + quote_name(name) + ": too many inputs, outputs or attributes");
     onnx::NodeProto node;
     node.set_op_type(op);
     node.set_name(name);
@@ -443,7 +550,7 @@ mobius_status api_add_node(mobius_graph* g, const mobius_node* node_in) {
       std::string in = str(n->inputs[i], "input name");
       // The main graph has no outer scope: everything it reads must be defined already.
       if (!in.empty() && g->is_main && !g->defined.count(in))
-        throw Error("[graph] node '" + name + "' (" + op + ") reads undefined value '" + in + "'");
+        throw Error("[graph] node " + quote_name(name) + " (" + printable(op) + ") reads undefined value " + quote_name(in));
       node.add_input(in);
     }
     for (size_t i = 0; i < n->n_outputs; ++i) {
@@ -455,7 +562,7 @@ mobius_status api_add_node(mobius_graph* g, const mobius_node* node_in) {
     std::set<std::string> outs;
     for (const auto& out : node.output())
       if (!out.empty() && (g->defined.count(out) || !outs.insert(out).second))
-        throw Error("[graph] node '" + name + "' (" + op + ") redefines value '" + out + "'");
+        throw Error("[graph] node " + quote_name(name) + " (" + printable(op) + ") redefines value " + quote_name(out));
     for (const auto& out : outs) define(g, out);
     if (!node.domain().empty()) g->ctx->domains.insert(node.domain());
     *g->proto->add_node() = std::move(node);
@@ -467,6 +574,7 @@ mobius_status api_add_value_info(mobius_graph* g, const char* name,
   return guarded(g ? g->ctx : nullptr, [&] {
     graph_checked(g);
     std::string n = str(name, "value name");
+    count_value_info(g->ctx, n);
     auto* vi = g->proto->add_value_info();
     vi->set_name(n);
     fill_type(vi->mutable_type(), type, n);
@@ -489,6 +597,7 @@ std::vector<std::string> names(const char* const* p, size_t n) {
 mobius_status api_plan_tensor(mobius_context* ctx, const char* init, const char* tensor) {
   return guarded(ctx, [&] {
     if (!ctx) throw Error("[abi] NULL context");
+    count_planned(ctx, 1);
     ctx->plan.set_source(str(init, "initializer"),
                          StreamingWeightSource{str(tensor, "checkpoint tensor")});
   });
@@ -498,7 +607,8 @@ mobius_status api_plan_expert_bank(mobius_context* ctx, const char* init,
                                    const char* const* tensors, size_t n) {
   return guarded(ctx, [&] {
     if (!ctx) throw Error("[abi] NULL context");
-    if (n == 0) throw Error("[plan] expert bank '" + str(init, "initializer") + "' has no experts");
+    if (n == 0) throw Error("[plan] expert bank " + quote_name(str(init, "initializer")) + " has no experts");
+    count_planned(ctx, n);
     ctx->plan.set_source(str(init, "initializer"), StreamingExpertBankSource{names(tensors, n)});
   });
 }
@@ -508,7 +618,8 @@ mobius_status api_plan_transformed(mobius_context* ctx, const char* init,
                                    void* user, void (*release)(void*)) {
   return guarded(ctx, [&] {
     if (!ctx) throw Error("[abi] NULL context");
-    if (!fn) throw Error("[plan] transform for '" + str(init, "initializer") + "' is NULL");
+    if (!fn) throw Error("[plan] transform for " + quote_name(str(init, "initializer")) + " is NULL");
+    count_planned(ctx, n);
     ctx->plan.set_source(str(init, "initializer"),
                          StreamingTransformedWeightSource{names(tensors, n), fn, user, release});
   });
@@ -526,15 +637,15 @@ mobius_status api_query_tensor(mobius_context* ctx, const char* name, mobius_ten
   return guarded(ctx, [&] {
     if (!ctx) throw Error("[abi] NULL context");
     std::string n = str(name, "tensor name");
-    read_abi_struct(out, MOBIUS_TENSOR_INFO_SIZE_V1, "query_tensor of '" + n + "': result");
+    read_abi_struct(out, MOBIUS_TENSOR_INFO_SIZE_V1, "query_tensor of " + quote_name(n) + ": result");
     if (!ctx->checkpoint) throw Error("[checkpoint] no checkpoint in this build");
     const TensorMeta* m = ctx->checkpoint->find(n);
-    if (!m) throw Error("[checkpoint] no tensor '" + n + "'");
+    if (!m) throw Error("[checkpoint] no tensor " + quote_name(n));
     constexpr size_t kMaxDims = sizeof(out->dims) / sizeof(out->dims[0]);
     out->dtype = m->dtype;
     out->rank = static_cast<int32_t>(std::min<size_t>(m->shape.size(), INT32_MAX));
     if (m->shape.size() > kMaxDims)
-      throw Error("[checkpoint] tensor '" + n + "' has rank " + std::to_string(m->shape.size()) +
+      throw Error("[checkpoint] tensor " + quote_name(n) + " has rank " + std::to_string(m->shape.size()) +
                   "; query_tensor describes at most " + std::to_string(kMaxDims) + " dims");
     for (int32_t i = 0; i < out->rank; ++i) out->dims[i] = m->shape[static_cast<size_t>(i)];
   });
@@ -555,19 +666,30 @@ mobius_status api_add_runtime_file(mobius_context* ctx, const char* name, const 
                 n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                     "0123456789._-") == std::string::npos;
     if (!bare)
-      throw Error("[abi] runtime file name '" + n.substr(0, 300) +
-                  "' is not a bare file name (letters, digits, '.', '_', '-'; not starting with '.')");
-    if (reserved_file(n)) throw Error("[abi] runtime file '" + n + "' is written by the host itself");
-    if (size && !data) throw Error("[abi] runtime file '" + n + "': data is NULL");
-    if (size > (64u << 20)) throw Error("[abi] runtime file '" + n + "' is larger than 64 MiB");
+      throw Error("[abi] runtime file name " + quote_name(n) +
+                  " is not a bare file name (letters, digits, '.', '_', '-'; not starting with '.')");
+    if (reserved_file(n)) throw Error("[abi] runtime file " + quote_name(n) + " is written by the host itself");
+    if (size && !data) throw Error("[abi] runtime file " + quote_name(n) + ": data is NULL");
+    if (size > (64u << 20)) throw Error("[abi] runtime file " + quote_name(n) + " is larger than 64 MiB");
     for (const auto& f : ctx->runtime_files)
-      if (f.first == n) throw Error("[abi] runtime file '" + n + "' added twice");
+      if (f.first == n) throw Error("[abi] runtime file " + quote_name(n) + " added twice");
     ctx->runtime_files.emplace_back(n, std::string(static_cast<const char*>(data), size));
   });
 }
 
+// The config.json text, only when it is within the config limits (so a plugin that parses it
+// again never sees a document it could choke on); else none.
 const char* api_source_config(mobius_context* ctx) {
-  return ctx && ctx->source_config ? ctx->source_config->c_str() : nullptr;
+  if (!ctx || !ctx->source_config) return nullptr;
+  if (!ctx->source_config_ok) {
+    try {
+      parse_json_limited(*ctx->source_config, "config.json", kConfigLimits);
+      ctx->source_config_ok = true;
+    } catch (...) {
+      ctx->source_config_ok = false;
+    }
+  }
+  return *ctx->source_config_ok ? ctx->source_config->c_str() : nullptr;
 }
 
 mobius_host_api make_api() {

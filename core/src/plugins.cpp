@@ -1,31 +1,38 @@
-// plugins.cpp - discovery (manifests first, code last), Boost.DLL loading, ABI and manifest checks.
+// plugins.cpp - discovery (manifests first, code last), the plugin-folder policy, Boost.DLL
+// loading, ABI and manifest checks.
 #include "mobius/plugins.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-
-#include <algorithm>
-#include <boost/dll/shared_library.hpp>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <system_error>
+#include <utility>
 
+#include <boost/dll/shared_library.hpp>
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
-#include "checkpoint_files.hpp"
+#include "checkpoint_files.hpp"  // path_within
 #include "context.hpp"
 #include "mobius/error.hpp"
+#include "untrusted.hpp"
 
 #ifndef MOBIUS_BUILD_ROOT
 #define MOBIUS_BUILD_ROOT ""
@@ -42,62 +49,423 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_manifest(const fs::path& p) {
-  std::string f = p.filename().string();
-  return f == "plugin.yaml" || (f.size() > 12 && f.compare(f.size() - 12, 12, ".plugin.yaml") == 0);
+// The plugin-folder policy. A plugin is code the host runs, so where one may come from is narrow:
+//  - The folder the user names (--plugin-path, MOBIUS_PLUGIN_PATH, the default) is resolved once
+//    (realpath) and opened; from there on every name is looked up relative to the opened folder,
+//    and nothing that is a symbolic link is followed, whatever it points to: subfolders,
+//    manifests and libraries are opened with O_NOFOLLOW and must be folders and regular files.
+//  - The plugin folder, the subfolder holding a plugin, its manifest and its library must be owned
+//    by root or the current user and writable by no other user. A folder with the sticky bit
+//    (like /tmp) may be writable by all, since only an entry's owner can rename or remove it; a
+//    group counts as no other user when it is the owner's private group (same name, no other
+//    member). The folders above the plugin folder are not checked.
+//  - The library is loaded by its real path right after checking that the path still names the
+//    file that was checked (device and inode). Nobody but its owner or root can swap it in
+//    between (the rules above), and loading by path keeps $ORIGIN in a plugin's run path
+//    meaning its own folder, so a vendor's plugin can ship private libraries beside it.
+//  - A scan looks at no more than kMaxFolderEntries entries of one folder and kMaxScanEntries in
+//    all below one plugin folder; the manifest is read within kManifestLimits and its shape is
+//    checked, and every value it or the plugin hands over is printable text of bounded length.
+constexpr size_t kMaxFolderEntries = 4096;
+constexpr size_t kMaxScanEntries = 1u << 16;
+constexpr size_t kMaxManifestString = 256;  // name, version, vendor, each model type, a task
+constexpr size_t kMaxDescription = 4096;
+constexpr size_t kMaxModelTypes = 4096;
+constexpr const char* kLinkRule =
+    "plugins are loaded only from folders and regular files inside the plugin folder, never "
+    "through a link";
+constexpr const char* kTrustRule =
+    "plugins are loaded only from folders and files that no other user can change";
+
+std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when the byte there does not start one.
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char u = b(i);
+  if (u < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (u >= 0xC2 && u <= 0xDF) n = 2;
+  else if (u >= 0xE0 && u <= 0xEF) n = 3, lo = u == 0xE0 ? 0xA0 : 0x80, hi = u == 0xED ? 0x9F : 0xBF;
+  else if (u >= 0xF0 && u <= 0xF4) n = 4, lo = u == 0xF0 ? 0x90 : 0x80, hi = u == 0xF4 ? 0x8F : 0xBF;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  if (b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  return n;
 }
 
-bool is_library(const fs::path& p) { return p.extension() == ".so"; }
+// `s` with every byte that is not part of valid UTF-8 written as \xNN: printable() keeps bytes
+// from 0x80 up as they are, and JSON output needs valid UTF-8.
+std::string utf8_escaped(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      const auto u = static_cast<unsigned char>(s[i++]);
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
 
-std::string join(const std::vector<std::string>& v) {
+// Valid UTF-8 that printable() leaves as it is: no control byte of any kind.
+bool clean_text(std::string_view s) {
+  return utf8_escaped(s) == s && printable(s, s.size()) == s;
+}
+
+// Untrusted text as it may appear in a message or in output.
+std::string shown(std::string_view s, size_t max_bytes = 200) {
+  return printable(utf8_escaped(s), max_bytes);
+}
+std::string quote_text(std::string_view s) { return quote_name(utf8_escaped(s)); }
+std::string quoted_path(const fs::path& p) { return "'" + shown(p.native(), 1024) + "'"; }
+// A path as a record shows it: itself when it is clean text, else with the bytes escaped.
+fs::path shown_path(const fs::path& p) { return fs::path(shown(p.native(), 4096)); }
+// An error message as a record keeps it: one line of printable text.
+std::string shown_message(std::string m) {
+  std::replace(m.begin(), m.end(), '\n', ' ');
+  return shown(m, 4096);
+}
+
+// "'name' (uid N)", or "uid N" when the user has no name.
+std::string user_text(uid_t uid) {
+  std::vector<char> buf(16384);
+  struct passwd pw {}, *res = nullptr;
+  std::string id = "uid " + std::to_string(uid);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) == 0 && res && res->pw_name)
+    return "user " + quote_text(res->pw_name) + " (" + id + ")";
+  return id;
+}
+std::string group_text(gid_t gid) {
+  std::vector<char> buf(16384);
+  struct group gr {}, *res = nullptr;
+  std::string id = "gid " + std::to_string(gid);
+  if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &res) == 0 && res && res->gr_name)
+    return "group " + quote_text(res->gr_name) + " (" + id + ")";
+  return "group " + id;
+}
+
+// True when the file's group is its owner's private group: the owner's primary group, with the
+// owner's name and no member listed (the layout of a umask 002 system).
+bool private_group(const struct stat& st) {
+  std::vector<char> pbuf(16384), gbuf(16384);
+  struct passwd pw {}, *pres = nullptr;
+  struct group gr {}, *gres = nullptr;
+  if (::getpwuid_r(st.st_uid, &pw, pbuf.data(), pbuf.size(), &pres) != 0 || !pres) return false;
+  if (::getgrgid_r(st.st_gid, &gr, gbuf.data(), gbuf.size(), &gres) != 0 || !gres) return false;
+  if (pres->pw_gid != st.st_gid || !pres->pw_name || !gres->gr_name) return false;
+  if (std::strcmp(pres->pw_name, gres->gr_name) != 0) return false;
+  for (char** m = gres->gr_mem; m && *m; ++m)
+    if (std::strcmp(*m, pres->pw_name) != 0) return false;
+  return true;
+}
+
+std::string mode_text(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+
+// Why another user could change this file or folder, so no plugin may come from it; "" when
+// none can.
+std::string untrusted_reason(const struct stat& st) {
+  const bool sticky = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    return "is owned by " + user_text(st.st_uid) + ", neither root nor the current user";
+  if ((st.st_mode & S_IWOTH) && !sticky)
+    return "is writable by every user (mode " + mode_text(st.st_mode) + ")";
+  if ((st.st_mode & S_IWGRP) && !sticky && !private_group(st))
+    return "is writable by members of " + group_text(st.st_gid) + ", mode " + mode_text(st.st_mode);
+  return "";
+}
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+
+ private:
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+// An opened folder and its real path: names below it are looked up through `fd`.
+struct Folder {
+  Fd fd;
+  fs::path path;
+  struct stat st {};
+};
+
+// An opened regular file that passed the policy.
+struct CheckedFile {
+  Fd fd;
+  fs::path path;  // real path (not escaped), for messages through shown_path/quoted_path
+  struct stat st {};
+};
+
+// "'<path>' is a symbolic link to '<target>'; ..." for the link `name` in `folder`.
+std::string link_refusal(const Folder& folder, const std::string& name) {
+  std::string target(4096, '\0');
+  const ssize_t n = ::readlinkat(folder.fd.get(), name.c_str(), target.data(), target.size());
+  target.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return quoted_path(folder.path / name) + " is a symbolic link to " + quote_text(target) + "; " +
+         kLinkRule;
+}
+
+bool is_link(const Folder& folder, const std::string& name) {
+  struct stat st {};
+  return ::fstatat(folder.fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISLNK(st.st_mode);
+}
+
+// Opens the folder the user named: resolved once, then opened; throws Error with the reason.
+Folder open_named_folder(const fs::path& named) {
+  const fs::path p = named.empty() ? fs::path(".") : named;
+  std::unique_ptr<char, decltype(&std::free)> real(::realpath(p.c_str(), nullptr), &std::free);
+  if (!real) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) throw Error("plugin folder does not exist or is not a folder");
+    throw Error("plugin folder cannot be resolved: " + os_error(err));
+  }
+  Folder f;
+  f.path = real.get();
+  const int fd = ::open(real.get(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOTDIR) throw Error("plugin folder does not exist or is not a folder");
+    throw Error("plugin folder " + quoted_path(f.path) + " cannot be opened: " + os_error(err));
+  }
+  f.fd = Fd(fd);
+  if (::fstat(fd, &f.st) != 0) throw Error("plugin folder " + quoted_path(f.path) + " cannot be read");
+  return f;
+}
+
+// Opens the subfolder `name` of `parent`, never through a link.
+Folder open_subfolder(const Folder& parent, const std::string& name) {
+  Folder f;
+  f.path = parent.path / name;
+  const int fd = ::openat(parent.fd.get(), name.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (is_link(parent, name)) throw Error(link_refusal(parent, name));
+    throw Error("folder " + quoted_path(f.path) + " cannot be opened: " + os_error(err));
+  }
+  f.fd = Fd(fd);
+  if (::fstat(fd, &f.st) != 0) throw Error("folder " + quoted_path(f.path) + " cannot be read");
+  return f;
+}
+
+// The names in a folder, sorted. Refuses a folder of more than kMaxFolderEntries entries, or one
+// that would take the scan of its plugin folder past `budget` entries, having read only that many.
+std::vector<std::string> folder_names(const Folder& f, size_t& budget) {
+  const int fd = ::openat(f.fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error("folder " + quoted_path(f.path) + " cannot be read: " + os_error(errno));
+  DIR* dir = ::fdopendir(fd);
+  if (!dir) {
+    const int err = errno;
+    ::close(fd);
+    throw Error("folder " + quoted_path(f.path) + " cannot be read: " + os_error(err));
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(dir, &::closedir);
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(dir)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    if (names.size() == kMaxFolderEntries)
+      throw Error("folder " + quoted_path(f.path) + " holds more than " +
+                  std::to_string(kMaxFolderEntries) + " entries; it is not scanned for plugins");
+    if (budget == 0)
+      throw Error("folder " + quoted_path(f.path) + " is not scanned: the plugin folder holds more than " +
+                  std::to_string(kMaxScanEntries) + " entries in all");
+    --budget;
+    names.emplace_back(e->d_name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Opens `name` in `folder` as a file a plugin may come from: not through a link, a regular file
+// that no other user can change. `what` names it in messages ("manifest", "library").
+CheckedFile open_checked(const Folder& folder, const std::string& name, const std::string& what) {
+  CheckedFile f;
+  f.path = folder.path / name;
+  const int fd = ::openat(folder.fd.get(), name.c_str(),
+                          O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (is_link(folder, name)) throw Error(what + " " + link_refusal(folder, name));
+    if (err == ENOENT) throw Error(what + " " + quoted_path(f.path) + " not found");
+    throw Error(what + " " + quoted_path(f.path) + " cannot be opened: " + os_error(err));
+  }
+  f.fd = Fd(fd);
+  if (::fstat(fd, &f.st) != 0)
+    throw Error(what + " " + quoted_path(f.path) + " cannot be read: " + os_error(errno));
+  if (!S_ISREG(f.st.st_mode))
+    throw Error(what + " " + quoted_path(f.path) + " is not a regular file");
+  if (std::string why = untrusted_reason(f.st); !why.empty())
+    throw Error(what + " " + quoted_path(f.path) + " " + why + "; " + kTrustRule);
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return f;
+}
+
+bool is_manifest(std::string_view f) {
+  return f == "plugin.yaml" || (f.size() > 12 && f.substr(f.size() - 12) == ".plugin.yaml");
+}
+bool is_manifest_path(const fs::path& p) { return is_manifest(std::string_view(p.filename().native())); }
+
+bool is_library(std::string_view f) { return f.size() > 3 && f.substr(f.size() - 3) == ".so"; }
+
+// Up to 16 entries, each shown, comma-separated: "a, b, ... (40 in all)".
+std::string join_shown(const std::vector<std::string>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  const size_t n = std::min<size_t>(v.size(), 16);
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + shown(v[i], kMaxManifestString);
+  if (n < v.size()) s += ", ... (" + std::to_string(v.size()) + " in all)";
   return s;
 }
 
-// Reads and validates a manifest; throws mobius::Error with the reason.
-void read_manifest(const fs::path& manifest, PluginRecord& rec) {
-  YAML::Node y;
-  try {
-    y = YAML::LoadFile(manifest.string());
-  } catch (const YAML::Exception& e) {
-    throw Error("manifest is not valid YAML: " + std::string(e.what()));
-  }
-  if (!y.IsMap()) throw Error("manifest is not a YAML mapping");
-  auto text = [&](const char* key, bool required) -> std::string {
-    YAML::Node n = y[key];
-    if (!n) {
-      if (required) throw Error(std::string("manifest has no '") + key + "'");
-      return "";
-    }
-    if (!n.IsScalar()) throw Error(std::string("manifest '") + key + "' is not a string");
-    return n.as<std::string>();
+// Reads and checks the manifest `name` in `folder` into `rec`; returns its library's file name.
+// Throws mobius::Error with the reason; `rec` is filled only when the manifest is valid.
+std::string read_manifest(const Folder& folder, const std::string& name, PluginRecord& rec) {
+  const CheckedFile file = open_checked(folder, name, "manifest");
+  const std::string what = "manifest " + quote_text(name);
+  const auto fail = [&](const std::string& reason) -> void {
+    throw Error("[plugin] " + what + ": " + reason);
   };
-  rec.name = text("name", true);
-  rec.version = text("version", true);
-  rec.vendor = text("vendor", false);
-  rec.description = text("description", false);
-  std::string abi = text("abi_version", true);
-  try {
-    size_t used = 0;
-    unsigned long v = std::stoul(abi, &used);
-    if (used != abi.size() || v > 1000000) throw std::invalid_argument(abi);
-    rec.abi_version = static_cast<uint32_t>(v);
-  } catch (const std::exception&) {
-    throw Error("manifest 'abi_version' is not a number: '" + abi + "'");
+  const size_t max = kManifestLimits.max_bytes;
+  if (static_cast<uint64_t>(file.st.st_size) > max)
+    fail("larger than " + std::to_string(max >> 10) + " KiB (" + std::to_string(file.st.st_size) +
+         " bytes)");
+  // At most one byte past the limit: a file that grew since fstat is refused by the parser.
+  std::string text(max + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t r = ::read(file.fd.get(), text.data() + got, text.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("cannot be read: " + os_error(errno));
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
   }
-  std::string lib = text("library", true);
-  fs::path lp(lib);
-  if (lib.empty() || lp.is_absolute() || lp.filename() != lp || lib.find('\0') != std::string::npos)
-    throw Error("manifest 'library' must be a file name beside the manifest, got '" + lib + "'");
-  rec.library = manifest.parent_path() / lp;
-  YAML::Node types = y["model_types"];
+  text.resize(got);
+  const YAML::Node y = parse_yaml_limited(text, what, kManifestLimits);
+
+  if (!y.IsMap()) fail("is not a YAML mapping");
+  std::set<std::string> keys;
+  for (auto it = y.begin(); it != y.end(); ++it) {
+    if (!it->first.IsScalar()) fail("has a key that is not a string");
+    const std::string& k = it->first.Scalar();
+    // Keys of a later manifest format are skipped, so a newer plugin's manifest still reads here
+    // (its size and value count are bounded by kManifestLimits).
+    if (!keys.insert(k).second) fail("key " + quote_text(k) + " appears twice");
+  }
+  // A string value: present when required, at most `max_len` bytes of printable text.
+  const auto string_at = [&](const YAML::Node& n, const std::string& key, size_t max_len) {
+    if (!n.IsScalar()) fail(key + " is not a string");
+    const std::string& s = n.Scalar();
+    if (s.size() > max_len)
+      fail(key + " is longer than " + std::to_string(max_len) + " bytes (" +
+           std::to_string(s.size()) + ")");
+    if (!clean_text(s)) fail(key + " is not printable text: " + quote_text(s));
+    return s;
+  };
+  const auto text_of = [&](const char* key, bool required, size_t max_len = kMaxManifestString) {
+    const std::string k = std::string("'") + key + "'";
+    const YAML::Node n = y[key];
+    if (!n) {
+      if (required) fail(k + " is missing");
+      return std::string();
+    }
+    std::string s = string_at(n, k, max_len);
+    if (required && s.empty()) fail(k + " is empty");
+    return s;
+  };
+  std::string plugin_name = text_of("name", true);
+  std::string version = text_of("version", true);
+  std::string vendor = text_of("vendor", false);
+  std::string description = text_of("description", false, kMaxDescription);
+  const std::string abi = text_of("abi_version", true);
+  if (abi.size() > 7 || abi.find_first_not_of("0123456789") != std::string::npos)
+    fail("'abi_version' is not a number: " + quote_text(abi));
+  const uint32_t abi_version = static_cast<uint32_t>(std::stoul(abi));
+  const YAML::Node lib_node = y["library"];
+  if (!lib_node) fail("'library' is missing");
+  const std::string lib = string_at(lib_node, "'library'", NAME_MAX);
+  if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos)
+    fail("'library' must be a file name beside the manifest, got " + quote_text(lib));
+  const YAML::Node types = y["model_types"];
   if (!types || !types.IsSequence() || types.size() == 0)
-    throw Error("manifest 'model_types' must be a non-empty list");
+    fail("'model_types' must be a non-empty list");
+  if (types.size() > kMaxModelTypes)
+    fail("'model_types' lists more than " + std::to_string(kMaxModelTypes) + " entries (" +
+         std::to_string(types.size()) + ")");
+  std::vector<std::string> model_types;
+  std::set<std::string> unique;
   for (const auto& t : types) {
-    if (!t.IsScalar()) throw Error("manifest 'model_types' holds a non-string entry");
-    rec.model_types.push_back(t.as<std::string>());
+    std::string s = string_at(t, "an entry of 'model_types'", kMaxManifestString);
+    if (s.empty()) fail("'model_types' holds an empty entry");
+    if (!unique.insert(s).second) fail("'model_types' lists " + quote_text(s) + " twice");
+    model_types.push_back(std::move(s));
   }
+
+  rec.name = std::move(plugin_name);
+  rec.version = std::move(version);
+  rec.vendor = std::move(vendor);
+  rec.description = std::move(description);
+  rec.abi_version = abi_version;
+  rec.model_types = std::move(model_types);
+  rec.library = shown_path(folder.path / lib);
+  return lib;
+}
+
+// Opens the library a manifest names, beside it, under the same policy.
+CheckedFile open_library(const Folder& folder, const std::string& lib) {
+  try {
+    return open_checked(folder, lib, "library");
+  } catch (const Error&) {
+    struct stat st {};
+    if (::fstatat(folder.fd.get(), lib.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+      throw Error("library " + quote_text(lib) + " not found beside the manifest");
+    throw;
+  }
+}
+
+// The name dlopen() gets for the checked library: its real path, once it is known to still name
+// the file that was checked.
+struct LoadName {
+  std::string name;
+};
+LoadName load_name(const CheckedFile& lib) {
+  struct stat st {};
+  if (::stat(lib.path.c_str(), &st) != 0 || st.st_dev != lib.st.st_dev || st.st_ino != lib.st.st_ino)
+    throw Error("library " + quoted_path(lib.path) + " changed while it was being loaded");
+  return LoadName{lib.path.native()};
 }
 
 }  // namespace
@@ -150,20 +518,27 @@ std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& 
 
 // Runs the plugin's code: load, info and ABI check, register into `registry`. Throws with the
 // reason. Used in-process, and in a child process to probe a plugin not yet known to be safe.
-void run_plugin(PluginRecord& rec, int priority, ModelRegistry& registry,
+void run_plugin(PluginRecord& rec, const CheckedFile& file, int priority, ModelRegistry& registry,
                 boost::dll::shared_library& lib) {
+  const LoadName ln = load_name(file);
   try {
-    lib.load(boost::dll::fs::path(rec.library.string()),
+    lib.load(boost::dll::fs::path(ln.name),
              boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
-    // Boost folds the loader's reason into a longer message; ask the loader again for it.
+    // Boost folds the loader's reason into a longer message; ask the loader again for it. A
+    // name that failed to load is not taken, so asking again is safe.
     std::string reason = e.what();
-    if (void* h = ::dlopen(rec.library.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    if (void* h = ::dlopen(ln.name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       ::dlclose(h);
     } else if (const char* dl = ::dlerror()) {
       reason = dl;
     }
-    throw Error("cannot load as a shared object: " + reason);
+    // The loader names the file by the name it got: show the library's path instead.
+    const std::string path = rec.library.string();
+    for (size_t at = reason.find(ln.name); at != std::string::npos;
+         at = reason.find(ln.name, at + path.size()))
+      reason.replace(at, ln.name.size(), path);
+    throw Error("cannot load as a shared object: " + shown(reason, 1024));
   }
   if (!lib.has(MOBIUS_PLUGIN_GET_INFO_SYMBOL))
     throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_GET_INFO_SYMBOL +
@@ -185,8 +560,8 @@ void run_plugin(PluginRecord& rec, int priority, ModelRegistry& registry,
   const mobius_plugin_info* info = &info_v;
   std::string iname = info->name ? info->name : "";
   if (iname != rec.name)
-    throw Error("manifest names the plugin '" + rec.name + "' but the library says '" + iname +
-                "'");
+    throw Error("manifest names the plugin " + quote_text(rec.name) + " but the library says " +
+                quote_text(iname));
   if (!lib.has(MOBIUS_PLUGIN_REGISTER_SYMBOL))
     throw Error(std::string("missing entry point '") + MOBIUS_PLUGIN_REGISTER_SYMBOL + "'");
   auto reg_fn = lib.get<mobius_status(const mobius_host_api*, mobius_registrar*)>(
@@ -201,15 +576,22 @@ void run_plugin(PluginRecord& rec, int priority, ModelRegistry& registry,
   try {
     run_plugin_register(reg_fn, reg);
   } catch (const std::exception& e) {
-    throw Error(std::string("register failed: ") + e.what());
+    throw Error(std::string("register failed: ") + shown(e.what(), 1024));
   }
-  for (const auto& r : reg.registrations) rec.registered.push_back(r.model_type);
-  std::vector<std::string> a = rec.registered, b = rec.model_types;
+  std::vector<std::string> a, b = rec.model_types;
+  for (const auto& r : reg.registrations) a.push_back(r.model_type);
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   if (a != b)
-    throw Error("manifest lists model types [" + join(b) + "] but the plugin registered [" +
-                join(a) + "]");
+    throw Error("manifest lists model types [" + join_shown(b) + "] but the plugin registered [" +
+                join_shown(a) + "]");
+  // The model types are the manifest's, checked; the task is shown by `mobius list`.
+  for (const auto& r : reg.registrations)
+    if (r.task.size() > kMaxManifestString || !clean_text(r.task))
+      throw Error("model type " + quote_text(r.model_type) +
+                  " was registered with a task that is not printable text of at most " +
+                  std::to_string(kMaxManifestString) + " bytes: " + quote_text(r.task));
+  for (const auto& r : reg.registrations) rec.registered.push_back(r.model_type);
   registry.register_all(std::move(reg.registrations));
 }
 
@@ -220,18 +602,15 @@ class PluginScanner {
   PluginScanner() : path_(cache_path()) { load(); }
 
   // "" when the plugin may be loaded in-process; else why it must be skipped.
-  std::string check(const PluginRecord& rec) {
-    std::error_code ec;
-    fs::path lib = fs::canonical(rec.library, ec);
-    if (ec) return "";  // the in-process loader reports a missing file itself
-    std::string id = identity(lib);
-    std::string key = lib.string();
-    if (auto it = cache_.find(key); it != cache_.end() && it->value("id", "") == id) {
+  std::string check(const PluginRecord& rec, const CheckedFile& file) {
+    std::string id = identity(file.st);
+    std::string key = rec.library.string();
+    if (auto it = cache_.find(key); it != cache_.end() && it->is_object() && it->value("id", "") == id) {
       if (it->value("status", "") == "ok") return "";
       return it->value("error", "failed in an earlier scan") +
              " (remembered from an earlier scan; probed again when the file changes)";
     }
-    std::string err = probe(rec);
+    std::string err = probe(rec, file);
     if (err.empty()) {
       cache_[key] = {{"id", id}, {"status", "ok"}};
       save();
@@ -251,9 +630,7 @@ class PluginScanner {
   }
 
   // Size, modification time and inode: a rebuilt or replaced file is probed again.
-  static std::string identity(const fs::path& p) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return "";
+  static std::string identity(const struct stat& st) {
     return std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
            std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
   }
@@ -268,10 +645,19 @@ class PluginScanner {
 
   void load() {
     if (path_.empty()) return;
-    std::ifstream in(path_);
+    std::ifstream in(path_, std::ios::binary);
     if (!in) return;
     try {
-      nlohmann::json j = nlohmann::json::parse(in);
+      // Read within the same limits as any other JSON: a damaged or planted cache file must not
+      // nest deep enough to overflow the stack when it is written back.
+      in.seekg(0, std::ios::end);
+      const auto size = static_cast<size_t>(std::max<std::streamoff>(0, in.tellg()));
+      if (size > kConfigLimits.max_bytes) return;
+      in.seekg(0);
+      std::string text(size, '\0');
+      in.read(text.data(), static_cast<std::streamsize>(size));
+      text.resize(static_cast<size_t>(in.gcount()));
+      nlohmann::json j = parse_json_limited(text, path_.string(), kConfigLimits);
       if (j.is_object()) cache_ = std::move(j);
     } catch (const std::exception&) {
       // A damaged cache only costs a rescan.
@@ -293,7 +679,7 @@ class PluginScanner {
   }
 
   // Loads and registers the plugin in a forked child; reports what happened to it.
-  static std::string probe(const PluginRecord& rec) {
+  static std::string probe(const PluginRecord& rec, const CheckedFile& file) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return "";  // cannot probe: load in-process as before
     std::fflush(nullptr);
@@ -313,7 +699,7 @@ class PluginScanner {
         PluginRecord r = rec;
         ModelRegistry scratch;
         boost::dll::shared_library lib;
-        run_plugin(r, 0, scratch, lib);
+        run_plugin(r, file, 0, scratch, lib);
       } catch (const std::exception& e) {
         answer = std::string("error:") + e.what();
       }
@@ -374,57 +760,138 @@ class PluginScanner {
 struct PluginHost::Impl {
   PluginScanner scan;
   std::vector<boost::dll::shared_library> libs;
-  std::set<fs::path> seen;  // canonical manifests/libraries already considered
+  std::set<fs::path> seen;  // manifests and libraries already considered (real paths, as shown)
   // Model types a load() asked for; empty: every plugin runs.
   std::set<std::string> wanted;
+
+  PluginRecord load_manifest(const Folder& folder, const std::string& name, int priority,
+                             const std::string& origin, ModelRegistry& registry);
+  void scan_folder(const Folder& folder, const std::vector<std::string>& names, bool is_root,
+                   const PluginSearchDir& dir, ModelRegistry& registry,
+                   std::vector<PluginRecord>& out);
 };
 
-PluginHost::PluginHost() : impl_(std::make_unique<Impl>()) {}
-PluginHost::~PluginHost() = default;
+namespace {
 
-PluginRecord PluginHost::load_one(const fs::path& path, int priority, const std::string& origin,
-                                  ModelRegistry& registry) {
+// A record for what was refused before any manifest was read: a folder or a file, and why.
+PluginRecord refused(const fs::path& path, const PluginSearchDir& dir, const std::string& why,
+                     bool is_manifest_path = false) {
+  PluginRecord rec;
+  (is_manifest_path ? rec.manifest : rec.library) = shown_path(path);
+  rec.origin = dir.origin;
+  rec.priority = dir.priority;
+  rec.error = shown_message(why);
+  return rec;
+}
+
+}  // namespace
+
+PluginRecord PluginHost::Impl::load_manifest(const Folder& folder, const std::string& name,
+                                             int priority, const std::string& origin,
+                                             ModelRegistry& registry) {
   PluginRecord rec;
   rec.origin = origin;
   rec.priority = priority;
+  rec.manifest = shown_path(folder.path / name);
   try {
-    if (is_manifest(path)) {
-      rec.manifest = path;
-      read_manifest(path, rec);
-      if (rec.abi_version != MOBIUS_ABI_VERSION)
-        throw Error("manifest declares ABI version " + std::to_string(rec.abi_version) +
-                    ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
-      std::error_code ec;
-      fs::path root = fs::canonical(path.parent_path(), ec);
-      fs::path real = fs::canonical(rec.library, ec);
-      if (ec) throw Error("library " + rec.library.filename().string() + " not found beside the manifest");
-      if (!path_within(root, real))
-        throw Error("library " + rec.library.string() + " resolves outside the plugin folder");
-    } else {
-      rec.library = path;
-      throw Error("no manifest: expected plugin.yaml (or <name>.plugin.yaml) beside the library");
-    }
+    const std::string lib_name = read_manifest(folder, name, rec);
+    if (rec.abi_version != MOBIUS_ABI_VERSION)
+      throw Error("manifest declares ABI version " + std::to_string(rec.abi_version) +
+                  ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
+    const CheckedFile lib = open_library(folder, lib_name);
 
     // A command that needs only some model types reads the other plugins' manifests alone.
-    if (!impl_->wanted.empty() &&
+    if (!wanted.empty() &&
         std::none_of(rec.model_types.begin(), rec.model_types.end(),
-                     [&](const std::string& t) { return impl_->wanted.count(t) > 0; })) {
+                     [&](const std::string& t) { return wanted.count(t) > 0; })) {
       rec.deferred = true;
       return rec;
     }
 
     // A plugin not yet known to be safe runs first in a child process: if it crashes or hangs
     // while loading or registering, only the child dies (GStreamer's plugin scanner does this).
-    if (std::string err = impl_->scan.check(rec); !err.empty()) throw Error(err);
-    boost::dll::shared_library lib;
-    run_plugin(rec, priority, registry, lib);
-    impl_->libs.push_back(std::move(lib));
+    if (std::string err = scan.check(rec, lib); !err.empty()) throw Error(err);
+    boost::dll::shared_library dl;
+    run_plugin(rec, lib, priority, registry, dl);
+    libs.push_back(std::move(dl));
     rec.loaded = true;
   } catch (const std::exception& e) {
-    rec.error = e.what();
-    std::replace(rec.error.begin(), rec.error.end(), '\n', ' ');
+    rec.error = shown_message(e.what());
   }
   return rec;
+}
+
+// One folder of a scan: its manifests in name order, then the libraries no manifest claimed.
+void PluginHost::Impl::scan_folder(const Folder& folder, const std::vector<std::string>& names,
+                                   bool is_root, const PluginSearchDir& dir,
+                                   ModelRegistry& registry, std::vector<PluginRecord>& out) {
+  std::vector<std::string> manifests, libraries;
+  for (const auto& n : names) {
+    if (!is_manifest(n) && !is_library(n)) continue;
+    if (!clean_text(n)) {
+      out.push_back(refused(folder.path / n, dir,
+                            quoted_path(folder.path / n) +
+                                " has a name that is not printable text; it is not loaded"));
+      continue;
+    }
+    (is_manifest(n) ? manifests : libraries).push_back(n);
+  }
+  if (manifests.empty() && libraries.empty()) return;
+  // The plugin folder itself was checked before its scan began.
+  if (!is_root) {
+    if (std::string why = untrusted_reason(folder.st); !why.empty()) {
+      out.push_back(refused(folder.path, dir,
+                            "folder " + quoted_path(folder.path) + " " + why + "; " + kTrustRule));
+      return;
+    }
+  }
+  std::set<fs::path> claimed;
+  bool refused_manifest = false;  // one that was refused before it named its library
+  for (const auto& m : manifests) {
+    if (!seen.insert(shown_path(folder.path / m)).second) continue;
+    PluginRecord rec = load_manifest(folder, m, dir.priority, dir.origin, registry);
+    refused_manifest |= rec.library.empty();
+    if (!rec.library.empty()) {
+      // Its library is accounted for, also when the same folder is reached again through
+      // another entry of the search path (then the manifest is skipped as seen).
+      claimed.insert(rec.library);
+      seen.insert(rec.library);
+    }
+    out.push_back(std::move(rec));
+  }
+  for (const auto& l : libraries) {
+    const fs::path p = shown_path(folder.path / l);
+    if (claimed.count(p) || !seen.insert(p).second) continue;
+    struct stat st {};
+    const bool link = ::fstatat(folder.fd.get(), l.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      S_ISLNK(st.st_mode);
+    out.push_back(refused(folder.path / l, dir,
+                          link               ? link_refusal(folder, l)
+                          : refused_manifest ? "no manifest: none beside the library could be read"
+                                             : "no manifest: expected plugin.yaml (or "
+                                               "<name>.plugin.yaml) beside the library"));
+  }
+}
+
+PluginHost::PluginHost() : impl_(std::make_unique<Impl>()) {}
+PluginHost::~PluginHost() = default;
+
+PluginRecord PluginHost::load_one(const fs::path& path, int priority, const std::string& origin,
+                                  ModelRegistry& registry) {
+  const PluginSearchDir dir{path.parent_path(), priority, origin};
+  if (!is_manifest_path(path))
+    return refused(path, dir,
+                   "no manifest: expected plugin.yaml (or <name>.plugin.yaml) beside the library");
+  Folder folder;
+  try {
+    folder = open_named_folder(path.parent_path());
+  } catch (const std::exception& e) {
+    return refused(path, dir, e.what(), true);
+  }
+  if (std::string why = untrusted_reason(folder.st); !why.empty())
+    return refused(path, dir,
+                   "folder " + quoted_path(folder.path) + " " + why + "; " + kTrustRule, true);
+  return impl_->load_manifest(folder, path.filename().native(), priority, origin, registry);
 }
 
 std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& dirs,
@@ -442,51 +909,61 @@ std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& d
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.priority > b.priority; });
   for (const auto& d : order) {
-    std::error_code ec;
-    if (!fs::is_directory(d.path, ec)) {
-      if (d.origin != "default") {
-        PluginRecord rec;
-        rec.library = d.path;
-        rec.origin = d.origin;
-        rec.priority = d.priority;
-        rec.error = "plugin folder does not exist or is not a folder";
-        out.push_back(rec);
-      }
+    // The folder as named, resolved once; below it, nothing through a link.
+    Folder root;
+    try {
+      root = open_named_folder(d.path);
+    } catch (const std::exception& e) {
+      if (d.origin != "default") out.push_back(refused(d.path, d, e.what()));
       continue;
     }
-    // Candidates: the folder itself and its immediate subfolders.
-    std::vector<fs::path> folders{d.path};
-    for (const auto& e : fs::directory_iterator(d.path, ec))
-      if (e.is_directory(ec) && e.path().extension() != ".p") folders.push_back(e.path());
-    std::sort(folders.begin() + 1, folders.end());
-    for (const auto& f : folders) {
-      std::vector<fs::path> manifests, libs;
-      for (const auto& e : fs::directory_iterator(f, ec)) {
-        if (!e.is_regular_file(ec)) continue;
-        if (is_manifest(e.path())) manifests.push_back(e.path());
-        else if (is_library(e.path())) libs.push_back(e.path());
-      }
-      std::sort(manifests.begin(), manifests.end());
-      std::sort(libs.begin(), libs.end());
-      std::set<fs::path> claimed;
-      for (const auto& m : manifests) {
-        fs::path cm = fs::weakly_canonical(m, ec);
-        if (!impl_->seen.insert(cm).second) continue;
-        PluginRecord rec = load_one(m, d.priority, d.origin, registry);
-        if (!rec.library.empty()) {
-          // Its library is accounted for, also when the same folder is reached again through
-          // another entry of the search path (then the manifest is skipped as seen).
-          fs::path cl = fs::weakly_canonical(rec.library, ec);
-          claimed.insert(cl);
-          impl_->seen.insert(cl);
+    if (std::string why = untrusted_reason(root.st); !why.empty()) {
+      out.push_back(refused(root.path, d,
+                            "plugin folder " + quoted_path(root.path) + " " + why + "; " + kTrustRule));
+      continue;
+    }
+    size_t budget = kMaxScanEntries;
+    std::vector<std::string> names;
+    try {
+      names = folder_names(root, budget);
+    } catch (const std::exception& e) {
+      out.push_back(refused(root.path, d, e.what()));
+      continue;
+    }
+    // Candidates: the folder itself and its immediate subfolders (not meson's *.p folders).
+    std::vector<std::string> subfolders;
+    for (const auto& n : names) {
+      struct stat st {};
+      if (::fstatat(root.fd.get(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (S_ISDIR(st.st_mode)) {
+        if (n.size() > 2 && n.compare(n.size() - 2, 2, ".p") == 0) continue;
+        if (!clean_text(n)) {
+          out.push_back(refused(root.path / n, d,
+                                quoted_path(root.path / n) +
+                                    " has a name that is not printable text; it is not scanned"));
+          continue;
         }
-        out.push_back(std::move(rec));
+        subfolders.push_back(n);
+      } else if (S_ISLNK(st.st_mode) && !is_manifest(n) && !is_library(n)) {
+        // A link to a folder would have been scanned as a subfolder: say why it is not.
+        struct stat target {};
+        if (::fstatat(root.fd.get(), n.c_str(), &target, 0) == 0 && S_ISDIR(target.st_mode))
+          out.push_back(refused(root.path / n, d, link_refusal(root, n)));
       }
-      for (const auto& l : libs) {
-        fs::path cl = fs::weakly_canonical(l, ec);
-        if (claimed.count(cl) || !impl_->seen.insert(cl).second) continue;
-        out.push_back(load_one(l, d.priority, d.origin, registry));
+    }
+    impl_->scan_folder(root, names, true, d, registry, out);
+    for (const auto& s : subfolders) {
+      Folder sub;
+      std::vector<std::string> sub_names;
+      try {
+        sub = open_subfolder(root, s);
+        sub_names = folder_names(sub, budget);
+      } catch (const std::exception& e) {
+        out.push_back(refused(root.path / s, d, e.what()));
+        if (budget == 0) break;
+        continue;
       }
+      impl_->scan_folder(sub, sub_names, false, d, registry, out);
     }
   }
   return out;

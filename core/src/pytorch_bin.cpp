@@ -366,22 +366,22 @@ std::unique_ptr<CheckpointReader> make_reader(std::vector<Shard> shards, std::st
                                          std::move(names), std::move(description));
 }
 
-std::unique_ptr<CheckpointReader> open_single(const fs::path& dir) {
+std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder) {
   std::vector<Shard> shards(1);
   Shard& shard = shards[0];
   shard.display = kFormat.single_name;
   shard.path = dir / kFormat.single_name;
   shard.source = std::make_shared<FileSource>(
-      open_regular_file(shard.path, shard.display, /*no_follow=*/false, kFormat));
+      folder.open(kFormat.single_name, shard.display, kFormat.tag));
   load_archive(shard);
   return make_reader(std::move(shards),
                      checkpoint_description(kFormat, CheckpointLayout::Single, 1));
 }
 
-std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
-  const ShardIndex index = read_shard_index(dir, kFormat);
+std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder) {
+  const ShardIndex index = read_shard_index(folder, kFormat);
   std::vector<Shard> shards(index.shard_ids.size());
-  open_shards(dir, index, kFormat,
+  open_shards(dir, folder, index, kFormat,
               [&](size_t id, const fs::path& path, const std::string& display, OpenedFile file) {
                 Shard& shard = shards[id];
                 shard.display = display;
@@ -395,7 +395,7 @@ std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
     for (const TensorMeta& t : shards[s].tensors) names[s].push_back(t.name);
     displays.push_back(shards[s].display);
   }
-  check_shards_against_index(dir, index, names, displays, kFormat);
+  check_shards_against_index(folder.path(), index, names, displays, kFormat);
   const size_t n = shards.size();
   return make_reader(std::move(shards),
                      checkpoint_description(kFormat, CheckpointLayout::Sharded, n));
@@ -415,8 +415,10 @@ std::unique_ptr<CheckpointReader> open_pytorch_archive_bytes(std::string bytes,
 }
 
 std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir) {
-  if (checkpoint_layout(dir, kFormat) == CheckpointLayout::Single) return open_single(dir);
-  return open_sharded(dir);
+  const CheckpointLayout layout = checkpoint_layout(dir, kFormat);
+  const ModelFolder folder(dir);  // every file below is opened through its rule
+  if (layout == CheckpointLayout::Single) return open_single(dir, folder);
+  return open_sharded(dir, folder);
 }
 
 }  // namespace mobius

@@ -4,9 +4,13 @@
 #include <algorithm>
 
 #include "mobius/error.hpp"
+#include "untrusted.hpp"
 
 namespace mobius {
 namespace {
+
+// The longest name near_matches() compares with the registered types.
+constexpr size_t kMaxSuggestedFrom = 256;
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -26,16 +30,16 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string describe_registrant(const Registration& r) {
   if (r.plugin.empty()) return "in-process registration";
-  return "plugin '" + r.plugin + "' (" + r.plugin_path + ")";
+  return "plugin " + quote_name(r.plugin) + " (" + printable(r.plugin_path, 4096) + ")";
 }
 
 void ModelRegistry::check_conflict(const Registration& r) const {
   if (r.model_type.empty()) throw Error("[registry] empty model type");
   if (!r.build || !r.parse_config)
-    throw Error("[registry] model type '" + r.model_type + "' has no build or config parser");
+    throw Error("[registry] model type " + quote_name(r.model_type) + " has no build or config parser");
   auto it = entries_.find(r.model_type);
   if (it != entries_.end() && it->second.priority == r.priority)
-    throw Error("[registry] model type '" + r.model_type + "' is registered by both " +
+    throw Error("[registry] model type " + quote_name(r.model_type) + " is registered by both " +
                 describe_registrant(it->second) + " and " + describe_registrant(r));
 }
 
@@ -58,7 +62,7 @@ void ModelRegistry::register_all(std::vector<Registration> regs) {
     check_conflict(regs[i]);
     for (size_t j = 0; j < i; ++j)
       if (regs[j].model_type == regs[i].model_type)
-        throw Error("[registry] model type '" + regs[i].model_type + "' registered twice by " +
+        throw Error("[registry] model type " + quote_name(regs[i].model_type) + " registered twice by " +
                     describe_registrant(regs[i]));
   }
   for (auto& r : regs) register_architecture(std::move(r));
@@ -81,6 +85,9 @@ std::vector<std::string> ModelRegistry::architectures() const {
 
 std::vector<std::string> ModelRegistry::near_matches(std::string_view name, size_t max) const {
   std::vector<std::pair<size_t, std::string>> scored;
+  // A name this long is no typo of a model type (the edit distance would cost its length times
+  // each type's): nothing is near it.
+  if (name.size() > kMaxSuggestedFrom) return {};
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
   for (const auto& [k, v] : entries_) {
@@ -97,11 +104,12 @@ std::vector<std::string> ModelRegistry::near_matches(std::string_view name, size
 
 const Registration& ModelRegistry::get(std::string_view model_type) const {
   if (const Registration* r = get_registration(model_type)) return *r;
-  std::string msg = "[registry] unknown model type '" + std::string(model_type) + "'";
+  // The type comes from config.json: quoted printable and cut, never echoed raw.
+  std::string msg = "[registry] unknown model type " + quote_name(model_type);
   auto near = near_matches(model_type);
   if (!near.empty()) {
     msg += "; did you mean ";
-    for (size_t i = 0; i < near.size(); ++i) msg += (i ? ", '" : "'") + near[i] + "'";
+    for (size_t i = 0; i < near.size(); ++i) msg += (i ? ", " : "") + quote_name(near[i]);
     msg += "?";
   }
   msg += entries_.empty() ? " (no architectures are registered)"

@@ -475,18 +475,17 @@ struct Shards {
   }
 };
 
-std::unique_ptr<CheckpointReader> open_single(const fs::path& dir) {
+std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder) {
   Shards shards;
-  const fs::path path = dir / kFormat.single_name;
-  shards.add(0, path, kFormat.single_name,
-             open_regular_file(path, kFormat.single_name, /*no_follow=*/false, kFormat));
+  shards.add(0, dir / kFormat.single_name, kFormat.single_name,
+             folder.open(kFormat.single_name, kFormat.single_name, kFormat.tag));
   return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Single, 1));
 }
 
-std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
-  const ShardIndex index = read_shard_index(dir, kFormat);
+std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder) {
+  const ShardIndex index = read_shard_index(folder, kFormat);
   Shards shards;
-  open_shards(dir, index, kFormat,
+  open_shards(dir, folder, index, kFormat,
               [&](size_t shard, const fs::path& path, const std::string& display, OpenedFile file) {
                 shards.add(shard, path, display, std::move(file));
               });
@@ -494,7 +493,7 @@ std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
   for (size_t i = 0; i < shards.tensors.size(); ++i) {
     names[shards.locations[i].shard].push_back(shards.tensors[i].name);
   }
-  check_shards_against_index(dir, index, names, shards.displays, kFormat);
+  check_shards_against_index(folder.path(), index, names, shards.displays, kFormat);
   const size_t n = shards.displays.size();
   return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Sharded, n));
 }
@@ -502,8 +501,10 @@ std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
 }  // namespace
 
 std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir) {
-  if (checkpoint_layout(dir, kFormat) == CheckpointLayout::Single) return open_single(dir);
-  return open_sharded(dir);
+  const CheckpointLayout layout = checkpoint_layout(dir, kFormat);
+  const ModelFolder folder(dir);  // every file below is opened through its rule
+  if (layout == CheckpointLayout::Single) return open_single(dir, folder);
+  return open_sharded(dir, folder);
 }
 
 }  // namespace mobius

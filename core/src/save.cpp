@@ -146,31 +146,103 @@ void finalize(onnx::ModelProto& m, const std::set<std::string>& domains,
   }
 }
 
-void copy_runtime_files(const fs::path& src, const fs::path& dst) {
-  if (src.empty()) return;
-  std::error_code ec;
-  fs::path root = fs::canonical(src, ec);
-  if (ec) return;
+// The runtime files the checkpoint folder has, opened under the folder's rule
+// (checkpoint_files.hpp: regular files, or a cache snapshot's links into its blobs) before
+// anything is written: one that is there but may not be opened fails the save.
+std::vector<std::pair<std::string, OpenedFile>> open_runtime_files(const fs::path& src) {
+  std::vector<std::pair<std::string, OpenedFile>> files;
+  if (src.empty()) return files;
+  const ModelFolder folder(src);
   for (const char* name : kRuntimeFiles) {
-    fs::path p = src / name;
-    if (!fs::is_regular_file(p, ec)) continue;
-    // Never follow a link out of the checkpoint folder.
-    fs::path real = fs::canonical(p, ec);
-    if (ec) continue;
-    if (!path_within(root, real)) continue;
-    Fd in(real, O_RDONLY);
+    if (!folder.has(name)) continue;
+    files.emplace_back(name, folder.open(name, name, "checkpoint"));
+  }
+  return files;
+}
+
+// Copies the opened runtime files into dst as regular files, fsynced.
+void copy_runtime_files(const std::vector<std::pair<std::string, OpenedFile>>& files,
+                        const fs::path& dst) {
+  std::vector<char> buf(1 << 20);
+  for (const auto& [name, file] : files) {
     Fd out(dst / name, O_WRONLY | O_CREAT | O_TRUNC);
-    std::vector<char> buf(1 << 20);
-    for (;;) {
-      ssize_t n = ::read(in.get(), buf.data(), buf.size());
+    for (uint64_t off = 0;;) {
+      const ssize_t n = ::pread(file.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(sys_error("cannot copy", p));
+      if (n < 0) throw Error(sys_error("cannot copy", dst / name));
       if (n == 0) break;
       out.write_all(buf.data(), static_cast<size_t>(n));
+      off += static_cast<uint64_t>(n);
     }
     out.sync();
   }
 }
+
+// OUT may hold an earlier model (replaced) or be an empty folder; anything else is refused.
+void check_replaceable(const fs::path& target) {
+  if (!fs::is_directory(target))
+    throw Error("[save] " + target.string() + " exists and is not a folder");
+  if (!fs::is_empty(target) && !fs::exists(target / "model.onnx"))
+    throw Error("[save] " + target.string() +
+                " is a non-empty folder without model.onnx; refusing to replace it");
+}
+
+// Moves the finished temporary folder to target: a plain rename when target is absent, else an
+// atomic exchange with the folder there (then removed). Another build of the same OUT may put
+// its model there between the check and the rename; that model is exchanged like an earlier one.
+void put_in_place(const fs::path& tmp, const fs::path& target) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(target, ec))) {
+      if (::rename(tmp.c_str(), target.c_str()) == 0) return;
+      if (errno != EEXIST && errno != ENOTEMPTY)
+        throw Error(sys_error("cannot rename into place", target));
+    }
+    // Atomic swap: OUT is at every moment either the old complete model or the new one.
+    check_replaceable(target);
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(tmp, ec);  // now holds the previous model
+      return;
+    }
+    if (errno != ENOENT) throw Error(sys_error("cannot replace", target));
+    // Removed between the check and the exchange: rename again.
+  }
+  throw Error("[save] " + target.string() + ": kept changing while the model was put in place");
+}
+
+}  // namespace
+
+void check_output_folder(const fs::path& out, const fs::path& source) {
+  if (source.empty() || out.empty()) return;
+  fs::path target = fs::absolute(out).lexically_normal();
+  if (target.filename().empty() && target.has_relative_path()) target = target.parent_path();
+  struct stat out_st {};
+  if (::stat(target.c_str(), &out_st) != 0) return;  // nothing there: it holds no checkpoint
+  std::error_code ec;
+  fs::path model = fs::canonical(source, ec);
+  if (ec) model = fs::absolute(source).lexically_normal();
+  const fs::path out_canon = fs::canonical(target, ec);
+  // The model folder and each of its ancestors, by identity (device and inode: bind mounts,
+  // hard-linked aliases and links all meet here) and by canonical path.
+  for (fs::path p = model;; p = p.parent_path()) {
+    struct stat st {};
+    const bool same = (::stat(p.c_str(), &st) == 0 && st.st_dev == out_st.st_dev &&
+                       st.st_ino == out_st.st_ino) ||
+                      (!out_canon.empty() && out_canon == p);
+    if (same) {
+      if (p == model) {
+        throw Error("[save] " + out.string() + " is the checkpoint folder " + model.string() +
+                    "; refusing to write the model over the checkpoint (choose another output "
+                    "folder)");
+      }
+      throw Error("[save] " + out.string() + " contains the checkpoint folder " + model.string() +
+                  "; refusing to replace it (choose another output folder)");
+    }
+    if (p == p.parent_path() || p.empty()) break;
+  }
+}
+
+namespace {
 
 // Writes a whole small file and fsyncs it: every file of OUT is on disk before the rename.
 void write_file_synced(const fs::path& p, const std::string& bytes, int flags = O_TRUNC) {
@@ -301,16 +373,14 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   if (target.filename().empty()) target = target.parent_path();
   fs::path parent = target.parent_path();
   std::string name = target.filename().string();
+  // Before anything is written: the checkpoint is never replaced, nor a folder holding it, and
+  // the runtime files to copy are opened (or refused) now.
+  check_output_folder(target, pkg.source_dir);
+  const auto runtime_files = open_runtime_files(pkg.source_dir);
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
-  if (fs::exists(target)) {
-    if (!fs::is_directory(target))
-      throw Error("[save] " + target.string() + " exists and is not a folder");
-    if (!fs::is_empty(target) && !fs::exists(target / "model.onnx"))
-      throw Error("[save] " + target.string() +
-                  " is a non-empty folder without model.onnx; refusing to replace it");
-  }
+  if (fs::exists(target)) check_replaceable(target);
   clean_stale_temps(parent, name);
 
   TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid())));
@@ -365,19 +435,12 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
       throw Error(std::string("[onnx] the checker rejected the model: ") + e.what());
     }
   }
-  copy_runtime_files(pkg.source_dir, tmp.path());
+  copy_runtime_files(runtime_files, tmp.path());
   write_runtime_files(ctx, tmp.path());
   write_provenance(pkg, tmp.path());
   fsync_dir(tmp.path());
 
-  if (fs::exists(target)) {
-    // Atomic swap: OUT is at every moment either the old complete model or the new one.
-    if (::renameat2(AT_FDCWD, tmp.path().c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
-      throw Error(sys_error("cannot replace", target));
-    fs::remove_all(tmp.path(), ec);  // now holds the previous model
-  } else if (::rename(tmp.path().c_str(), target.c_str()) != 0) {
-    throw Error(sys_error("cannot rename into place", target));
-  }
+  put_in_place(tmp.path(), target);
   tmp.committed();
   fsync_dir(parent);
 }

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,79 @@
 #include "mobius/error.hpp"
 
 namespace mobius {
+
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i] and its code point; 0 when the bytes there are not
+// one (a stray continuation byte, a truncated or overlong sequence, a surrogate).
+size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char u = b(0);
+  size_t n = 0;
+  uint32_t c = 0, min = 0;
+  if (u >= 0xC2 && u <= 0xDF) n = 2, c = u & 0x1F, min = 0x80;
+  else if (u >= 0xE0 && u <= 0xEF) n = 3, c = u & 0x0F, min = 0x800;
+  else if (u >= 0xF0 && u <= 0xF4) n = 4, c = u & 0x07, min = 0x10000;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (b(k) & 0x3F);
+  }
+  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  *cp = c;
+  return n;
+}
+
+// Code points a terminal obeys or that change how the text around them reads: the C1 controls
+// (CSI, OSC, ... as UTF-8), line and paragraph separators, and the bidirectional overrides.
+bool hidden_control(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void hex(std::string& out, unsigned char u) {
+  static const char kHex[] = "0123456789abcdef";
+  out += "\\x";
+  out += kHex[u >> 4];
+  out += kHex[u & 15];
+}
+
+// Appends `s` to `out` with every control byte (C0, DEL), every byte that is not valid UTF-8 and
+// every hidden_control() code point escaped as \xNN; '\n' stays when `keep_newlines`. Stops
+// before the output would pass `max_out` bytes; returns how many bytes of `s` were used.
+size_t escape_into(std::string& out, std::string_view s, bool keep_newlines, size_t max_out) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    size_t n = 1;
+    std::string piece;
+    if (u == '\n' && keep_newlines) {
+      piece = "\n";
+    } else if (u < 0x20 || u == 0x7F) {
+      hex(piece, u);
+    } else if (u < 0x80) {
+      piece = static_cast<char>(u);
+    } else {
+      uint32_t cp = 0;
+      n = utf8_at(s, i, &cp);
+      if (n == 0) {
+        n = 1;
+        hex(piece, u);
+      } else if (hidden_control(cp)) {
+        for (size_t k = 0; k < n; ++k) hex(piece, static_cast<unsigned char>(s[i + k]));
+      } else {
+        piece.assign(s.substr(i, n));
+      }
+    }
+    if (out.size() + piece.size() > max_out) break;
+    out += piece;
+    i += n;
+  }
+  return i;
+}
+
+}  // namespace
 
 std::string printable(std::string_view s, size_t max_bytes) {
   bool cut = false;
@@ -20,28 +94,19 @@ std::string printable(std::string_view s, size_t max_bytes) {
     s = s.substr(0, n);
     cut = true;
   }
-  static const char kHex[] = "0123456789abcdef";
-  auto hex = [&](std::string& out, unsigned char u) {
-    out += "\\x";
-    out += kHex[u >> 4];
-    out += kHex[u & 15];
-  };
   std::string out;
   out.reserve(s.size() + 8);
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto u = static_cast<unsigned char>(s[i]);
-    if (u < 0x20 || u == 0x7F) {
-      hex(out, u);
-    } else if (u == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(s[i + 1]) <= 0x9F) {
-      // U+0080..U+009F: C1 controls (CSI, OSC, ...) that some terminals obey like ESC sequences.
-      hex(out, u);
-      hex(out, static_cast<unsigned char>(s[++i]));
-    } else {
-      out += static_cast<char>(u);
-    }
-  }
+  escape_into(out, s, false, SIZE_MAX);
   if (cut) out += "...";
+  return out;
+}
+
+std::string printable_lines(std::string_view s, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(s.size(), max_bytes) + 32);
+  const size_t used = escape_into(out, s, true, max_bytes);
+  if (used < s.size())
+    out += "... (" + std::to_string(s.size() - used) + " more bytes not shown)";
   return out;
 }
 
@@ -57,8 +122,10 @@ void check_size(std::string_view text, const std::string& what, const TextLimits
                 const char* tag) {
   if (text.size() > limits.max_bytes)
     fail(tag, what,
-         "larger than " + std::to_string(limits.max_bytes >> 10) + " KiB (" +
-             std::to_string(text.size()) + " bytes)");
+         "larger than " + (limits.max_bytes % (1u << 20) == 0
+                               ? std::to_string(limits.max_bytes >> 20) + " MiB"
+                               : std::to_string(limits.max_bytes >> 10) + " KiB") +
+             " (" + std::to_string(text.size()) + " bytes)");
 }
 
 }  // namespace

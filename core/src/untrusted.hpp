@@ -21,6 +21,9 @@ namespace mobius {
 // UTF-8) escaped as \xNN, long strings cut on a UTF-8 character boundary and marked "...".
 std::string printable(std::string_view s, size_t max_bytes = 200);
 std::string quote_name(std::string_view s);  // printable(s) in single quotes
+// A message of several lines made safe for a terminal: printable() of each line, the '\n'
+// between lines kept, the whole cut at `max_bytes` and marked with how much was left out.
+std::string printable_lines(std::string_view s, size_t max_bytes = 16u << 10);
 
 // Limits of a structured text file: its size, how deep values nest, and how many values it holds.
 struct TextLimits {

@@ -1,9 +1,184 @@
 // config.cpp - typed config reading with key-naming errors; ArchitectureConfig (de)serialization.
 #include "mobius/sdk/config.hpp"
 
+#include <climits>
 #include <cmath>
+#include <cstdio>
 
 namespace mobius {
+
+namespace {
+
+// The limits of config text, the host's kConfigLimits (core/src/untrusted.hpp) restated: the
+// SDK holds to them on its own, whatever host it runs in.
+constexpr size_t kMaxConfigBytes = 16u << 20;
+constexpr int kMaxConfigDepth = 64;
+constexpr size_t kMaxConfigValues = 1u << 20;
+
+// Size keys and their plausible ranges. The maximum of each is several times the largest value
+// in released models (the `largest` column, in early 2025), so no real config comes near it,
+// while everything sized by it stays cheap: 1024 layers of 131072-wide hidden states are a
+// graph of some 10^5 nodes whose initializers are only declared, never allocated.
+//   layers      1024      Llama 3.1 405B has 126
+//   widths      131072    hidden_size: Nemotron-4 340B has 18432
+//               1048576   intermediate sizes: 73728 (Nemotron-4 340B)
+//   vocabulary  4194304   262208 (Gemma 3); byte-level and multilingual ones stay below 10^6
+//   heads       1024      128 (query heads of the largest models), head_dim 256 (Gemma)
+//   experts     4096      384 routed (Kimi K2), 2048 (Switch-C); 8 chosen, 1 or 2 shared
+//   ranks       65536     MLA's kv_lora_rank 512 and q_lora_rank 1536 (DeepSeek-V3)
+//   positions   2^27      10485760 (Llama 4 Scout's context)
+// Products are bounded by ArchitectureConfig::validate() (parameters in total).
+constexpr SizeBound kSizeBounds[] = {
+    {"num_hidden_layers", 1, 1024, 126},
+    {"hidden_size", 1, 1 << 17, 18432},
+    {"intermediate_size", 0, 1 << 20, 73728},
+    {"moe_intermediate_size", 0, 1 << 20, 20480},
+    {"vocab_size", 1, 1 << 22, 262208},
+    {"num_attention_heads", 1, 1024, 128},
+    {"num_key_value_heads", 1, 1024, 128},
+    {"head_dim", 1, 1024, 256},
+    {"qk_nope_head_dim", 0, 1024, 128},
+    {"qk_rope_head_dim", 0, 1024, 64},
+    {"v_head_dim", 0, 1024, 128},
+    {"kv_lora_rank", 0, 1 << 16, 512},
+    {"q_lora_rank", 0, 1 << 16, 1536},
+    {"n_routed_experts", 0, 4096, 384},
+    {"num_local_experts", 0, 4096, 128},
+    {"num_experts", 0, 4096, 128},
+    {"n_shared_experts", 0, 256, 2},
+    {"num_experts_per_tok", 0, 4096, 8},
+    {"first_k_dense_replace", 0, 1024, 3},
+    {"n_group", 0, 4096, 8},
+    {"topk_group", 0, 4096, 4},
+    {"num_nextn_predict_layers", 0, 64, 1},
+    {"max_position_embeddings", 0, 1 << 27, 10485760},
+    {"original_max_position_embeddings", 0, 1 << 27, 1048576},
+    {"sliding_window", 0, 1 << 27, 131072},
+    {"linear_conv_kernel_dim", 1, 256, 4},
+    {"linear_key_head_dim", 1, 1024, 128},
+    {"linear_value_head_dim", 1, 1024, 128},
+    {"linear_num_key_heads", 1, 1024, 16},
+    {"linear_num_value_heads", 1, 1024, 64},
+    {"full_attention_interval", 1, 1024, 4},
+    {"sliding_window_pattern", 1, 1024, 6},
+    {"_sliding_window_pattern", 1, 1024, 6},
+};
+
+// The most parameters a config may describe (layers times their attention and MLP, plus the
+// embeddings and lm_head): 2^43, about 8.8 trillion. The largest released dense models have
+// about 0.5 trillion, the largest mixtures of experts 1 to 2 trillion with their experts (which
+// this count leaves out).
+constexpr double kMaxParameters = 8796093022208.0;
+
+// The most elements of the embedding table (vocab_size x hidden_size): see validate().
+constexpr double kMaxEmbedding = 68719476736.0;  // 2^36
+
+constexpr size_t kMaxShown = 120;  // bytes of a string value shown in a message
+
+// The length of the valid UTF-8 sequence at s[i] when it is not a C1 control (U+0080..U+009F);
+// 0 for a byte to escape.
+size_t safe_utf8_at(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char u = b(0);
+  size_t n = 0;
+  uint32_t c = 0, min = 0;
+  if (u >= 0xC2 && u <= 0xDF) n = 2, c = u & 0x1F, min = 0x80;
+  else if (u >= 0xE0 && u <= 0xEF) n = 3, c = u & 0x0F, min = 0x800;
+  else if (u >= 0xF0 && u <= 0xF4) n = 4, c = u & 0x07, min = 0x10000;
+  else return 0;
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (b(k) & 0x3F);
+  }
+  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || c <= 0x9F) return 0;
+  return n;
+}
+
+std::string escaped(std::string_view s, size_t max_bytes) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  size_t i = 0;
+  while (i < s.size() && out.size() < max_bytes) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    size_t n = u >= 0x80 ? safe_utf8_at(s, i) : (u < 0x20 || u == 0x7F ? 0 : 1);
+    if (n == 0) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  if (i < s.size()) out += "...";
+  return out;
+}
+
+std::string prefix(const std::string& where) { return where.empty() ? "" : where + ": "; }
+
+}  // namespace
+
+nlohmann::json parse_config_text(std::string_view text, const std::string& what,
+                                 mobius_error_kind kind) {
+  const std::string tag = kind == MOBIUS_ERROR_KIND_CONFIG ? "[config] " : "[plugin] ";
+  auto fail = [&](const std::string& why) -> void {
+    throw Error(kind, tag + prefix(what) + why);
+  };
+  if (text.size() > kMaxConfigBytes)
+    fail("larger than " + std::to_string(kMaxConfigBytes >> 20) + " MiB (" +
+         std::to_string(text.size()) + " bytes)");
+  size_t values = 0;
+  auto guard = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxConfigDepth)
+      fail("values nest deeper than " + std::to_string(kMaxConfigDepth) + " levels");
+    if ((event == E::value || event == E::object_start || event == E::array_start) &&
+        ++values > kMaxConfigValues)
+      fail("more than " + std::to_string(kMaxConfigValues) + " values");
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), guard);
+  } catch (const nlohmann::json::exception& e) {
+    std::string_view m = e.what();
+    const size_t close = m.find("] ");
+    if (close != std::string_view::npos) m.remove_prefix(close + 2);
+    fail("not valid JSON (" + escaped(m, 400) + ")");
+  }
+  return nullptr;  // not reached
+}
+
+std::string quote_value(std::string_view s) { return "'" + escaped(s, kMaxShown) + "'"; }
+
+std::string describe_value(const nlohmann::json& v) {
+  if (v.is_string()) return quote_value(v.get_ref<const std::string&>());
+  if (v.is_array()) return "a list of " + std::to_string(v.size()) + " values";
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  return v.dump();  // a number, true, false or null: short, and plain ASCII
+}
+
+const SizeBound* size_bound(std::string_view key) {
+  for (const SizeBound& b : kSizeBounds)
+    if (key == b.key) return &b;
+  return nullptr;
+}
+
+void check_size_key(const std::string& key, int64_t value, const std::string& where) {
+  const SizeBound* b = size_bound(key);
+  if (!b) return;
+  auto fail = [&](const std::string& why) {
+    throw Error("[config] " + prefix(where) + "'" + key + "' " + why);
+  };
+  if (value < b->min)
+    fail(std::string(b->min > 0 ? "must be positive" : "must not be negative") + ", got " +
+         std::to_string(value));
+  if (value > b->max)
+    fail("is " + std::to_string(value) + ", larger than " + std::to_string(b->max) +
+         ", the most mobius accepts (released models have at most about " +
+         std::to_string(b->largest) + ")");
+}
 
 ConfigReader::ConfigReader(const nlohmann::json& j, std::string where)
     : j_(j), where_(std::move(where)) {
@@ -11,7 +186,7 @@ ConfigReader::ConfigReader(const nlohmann::json& j, std::string where)
 }
 
 void ConfigReader::fail(const std::string& key, const std::string& why) const {
-  throw Error("[config] " + (where_.empty() ? "" : where_ + ": ") + "'" + key + "' " + why);
+  throw Error("[config] " + prefix(where_) + "'" + key + "' " + why);
 }
 
 bool ConfigReader::has(const std::string& key) const {
@@ -25,12 +200,28 @@ int64_t ConfigReader::get_int(const std::string& key, std::optional<int64_t> def
     fail(key, "is required");
   }
   const auto& v = j_.at(key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (std::floor(d) == d && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  const SizeBound* bound = size_bound(key);
+  int64_t out = 0;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail(key, "is " + v.dump() + ", larger than any integer a config may hold");
+  } else if (v.is_number_integer()) {
+    out = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    // 1e12 is a float in JSON; an integral one within 2^53 reads as the integer it is.
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d) fail(key, "must be an integer, got " + v.dump());
+    if (std::fabs(d) >= 9e15) {
+      if (bound && d > 0)
+        fail(key, "is " + v.dump() + ", larger than " + std::to_string(bound->max) +
+                      ", the most mobius accepts");
+      fail(key, "is " + v.dump() + ", beyond the integers a config may hold");
+    }
+    out = static_cast<int64_t>(d);
+  } else {
+    fail(key, "must be an integer, got " + describe_value(v));
   }
-  fail(key, "must be an integer, got " + v.dump());
+  if (bound) check_size_key(key, out, where_);
+  return out;
 }
 
 double ConfigReader::get_double(const std::string& key, std::optional<double> def) const {
@@ -39,7 +230,7 @@ double ConfigReader::get_double(const std::string& key, std::optional<double> de
     fail(key, "is required");
   }
   const auto& v = j_.at(key);
-  if (!v.is_number()) fail(key, "must be a number, got " + v.dump());
+  if (!v.is_number()) fail(key, "must be a number, got " + describe_value(v));
   double d = v.get<double>();
   if (!std::isfinite(d)) fail(key, "must be finite");
   return d;
@@ -51,7 +242,7 @@ bool ConfigReader::get_bool(const std::string& key, std::optional<bool> def) con
     fail(key, "is required");
   }
   const auto& v = j_.at(key);
-  if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) fail(key, "must be true or false, got " + describe_value(v));
   return v.get<bool>();
 }
 
@@ -61,7 +252,7 @@ std::string ConfigReader::get_string(const std::string& key, std::optional<std::
     fail(key, "is required");
   }
   const auto& v = j_.at(key);
-  if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
+  if (!v.is_string()) fail(key, "must be a string, got " + describe_value(v));
   return v.get<std::string>();
 }
 
@@ -71,7 +262,7 @@ std::vector<std::string> ConfigReader::get_strings(const std::string& key) const
   if (!v.is_array()) fail(key, "must be a list of strings");
   std::vector<std::string> out;
   for (const auto& e : v) {
-    if (!e.is_string()) fail(key, "must be a list of strings, got " + e.dump());
+    if (!e.is_string()) fail(key, "must be a list of strings, got " + describe_value(e));
     out.push_back(e.get<std::string>());
   }
   return out;
@@ -100,11 +291,11 @@ RopeConfig read_rope(const ConfigReader& r, double default_theta) {
     ConfigReader s(*scaling, key);
     std::string type = s.has("rope_type") ? s.get_string("rope_type") : s.get_string("type", "default");
     if (type == "su" || type == "longrope")
-      r.fail(key, "rope type '" + type + "' is not supported");
+      r.fail(key, "rope type " + quote_value(type) + " is not supported");
     if (type != "default" && type != "linear" && type != "llama3" && type != "yarn" &&
         type != "dynamic")
-      r.fail(key, "has unknown rope type '" + type +
-                      "' (known: default, linear, llama3, yarn, dynamic)");
+      r.fail(key, "has unknown rope type " + quote_value(type) +
+                      " (known: default, linear, llama3, yarn, dynamic)");
     rope.type = type;
     if (s.has("rope_theta")) rope.theta = s.get_double("rope_theta");
     if (s.has("partial_rotary_factor")) rope.partial_rotary_factor = s.get_double("partial_rotary_factor");
@@ -155,6 +346,43 @@ void ArchitectureConfig::validate() const {
   positive("num_key_value_heads", num_key_value_heads);
   positive("head_dim", head_dim);
   if (intermediate_size < 0) positive("intermediate_size", intermediate_size);
+  // Also for a config built in code, which never went through ConfigReader.
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"max_position_embeddings", max_position_embeddings},
+      {"sliding_window", sliding_window},
+  };
+  for (const auto& [key, value] : sizes) check_size_key(key, value);
+  // The embedding table alone: 2^36 elements, 14 times the largest (256000 x 18432).
+  if (static_cast<double>(vocab_size) * static_cast<double>(hidden_size) > kMaxEmbedding)
+    throw Error("[config] 'vocab_size' times 'hidden_size' (" + std::to_string(vocab_size) + " x " +
+                std::to_string(hidden_size) + ") is more than the " +
+                std::to_string(static_cast<int64_t>(kMaxEmbedding)) +
+                " embedding elements mobius accepts (released models have at most about 5 billion)");
+  // Every factor is bounded above, so these products are far from overflowing a double's
+  // exact range; the count is what the dense part of the model would declare.
+  const auto h = static_cast<double>(hidden_size);
+  const double attention =
+      h * static_cast<double>(head_dim) *
+      static_cast<double>(2 * num_attention_heads + 2 * num_key_value_heads);
+  const double mlp = 3.0 * h * static_cast<double>(intermediate_size);
+  const double parameters = static_cast<double>(num_hidden_layers) * (attention + mlp) +
+                            2.0 * static_cast<double>(vocab_size) * h;
+  if (parameters > kMaxParameters) {
+    char text[128];
+    std::snprintf(text, sizeof(text), "about %.1f trillion parameters, more than the %.1f trillion",
+                  parameters / 1e12, kMaxParameters / 1e12);
+    throw Error(std::string("[config] the config describes a model of ") + text +
+                " mobius accepts (released models have at most about 2 trillion): check "
+                "'num_hidden_layers', 'hidden_size', 'intermediate_size', 'num_attention_heads', "
+                "'head_dim' and 'vocab_size'");
+  }
   if (num_attention_heads % num_key_value_heads != 0)
     throw Error("[config] 'num_key_value_heads' (" + std::to_string(num_key_value_heads) +
                 ") must divide 'num_attention_heads' (" + std::to_string(num_attention_heads) + ")");
@@ -164,9 +392,6 @@ void ArchitectureConfig::validate() const {
     throw Error("[config] 'layer_types' has " + std::to_string(layer_types.size()) +
                 " entries for " + std::to_string(num_hidden_layers) + " layers");
   if (rotary_dim() <= 0) throw Error("[config] 'partial_rotary_factor' leaves no rotary dims");
-  if (num_hidden_layers > 4096 || num_attention_heads > 65536 || hidden_size > (1 << 20) ||
-      vocab_size > (1 << 24))
-    throw Error("[config] sizes are out of any sane range (hidden_size, heads, layers, vocab)");
 }
 
 void to_json(nlohmann::json& j, const RopeConfig& r) {

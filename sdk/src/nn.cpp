@@ -1,9 +1,12 @@
 // nn.cpp - the decoder components of nn.hpp, written to transformers' eager semantics.
 #include "mobius/sdk/nn.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <iterator>
+#include <set>
 
 namespace mobius::nn {
 
@@ -460,9 +463,84 @@ Value TextModel::embed(Graph& g, SharedInputs& shared) const {
   return e;
 }
 
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void TextModel::check_checkpoint(BuildContext& ctx) const {
+  const std::string emb = embed_tokens->full_name("weight");
+  if (auto e = ctx.query_tensor(emb); e && e->dims.size() == 2) {
+    if (e->dims[0] != embed_tokens->vocab)
+      throw Error("[config] 'vocab_size' is " + std::to_string(embed_tokens->vocab) +
+                  ", but the checkpoint's '" + emb + "' has " + std::to_string(e->dims[0]) +
+                  " rows (shape " + shape_text(e->dims) + ")");
+    if (e->dims[1] != embed_tokens->dim)
+      throw Error("[config] 'hidden_size' is " + std::to_string(embed_tokens->dim) +
+                  ", but the checkpoint's '" + emb + "' has " + std::to_string(e->dims[1]) +
+                  " columns (shape " + shape_text(e->dims) + ")");
+  }
+  if (layers.empty()) return;
+  // The parameter names (below the layer) that every layer declares: layers may differ (dense
+  // and MoE MLPs, linear and full attention, with or without an input norm).
+  std::set<std::string> common;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string prefix = layers[i]->path() + ".";
+    std::set<std::string> mine;
+    for (const auto& [full, spec] : layers[i]->parameters())
+      if (spec.source.empty() && full.rfind(prefix, 0) == 0) mine.insert(full.substr(prefix.size()));
+    if (i == 0) {
+      common = std::move(mine);
+    } else {
+      for (auto it = common.begin(); it != common.end();)
+        it = mine.count(*it) ? std::next(it) : common.erase(it);
+    }
+    if (common.empty()) return;
+  }
+  // The first of them that layer 0 has in the checkpoint; none when there is no checkpoint
+  // (or its layers are stored under other names, which the weight plan reports).
+  std::string probe;
+  for (const auto& rel : common)
+    if (ctx.query_tensor(layers.front()->path() + "." + rel)) {
+      probe = rel;
+      break;
+    }
+  if (probe.empty()) return;
+  auto tensor = [&](int64_t i) { return full_name("layers." + std::to_string(i)) + "." + probe; };
+  auto exists = [&](int64_t i) { return ctx.query_tensor(tensor(i)).has_value(); };
+  const auto n = static_cast<int64_t>(layers.size());
+  if (!exists(n - 1)) {
+    // How many layers the checkpoint holds: the first missing one, by bisection.
+    int64_t lo = 1, hi = n - 1;  // layer lo - 1 exists, layer hi does not
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (exists(mid)) lo = mid + 1;
+      else hi = mid;
+    }
+    throw Error("[config] 'num_hidden_layers' is " + std::to_string(n) +
+                ", but the checkpoint has no tensor '" + tensor(n - 1) + "': it holds " +
+                std::to_string(lo) + (lo == 1 ? " layer" : " layers") + " (" +
+                full_name("layers.0") + " to " +
+                full_name("layers." + std::to_string(lo - 1)) + ")");
+  }
+  int64_t trailing = 0;  // multi-token-prediction layers stored after the decoder's
+  if (auto it = cfg.extra.find("num_nextn_predict_layers");
+      it != cfg.extra.end() && it->is_number_integer())
+    trailing = std::clamp<int64_t>(it->get<int64_t>(), 0, 1 << 20);
+  if (exists(n + trailing))
+    throw Error("[config] 'num_hidden_layers' is " + std::to_string(n) +
+                ", but the checkpoint has more layers: it holds '" + tensor(n + trailing) + "'");
+}
+
 Value TextModel::forward(Graph& g, SharedInputs& shared,
                          const std::vector<std::map<std::string, Value>>& past,
                          std::vector<std::map<std::string, Value>>& present) const {
+  check_checkpoint(g.context());
   Value h = embed(g, shared);
   present.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i) h = layers[i]->forward(g, h, shared, past.at(i), present[i]);

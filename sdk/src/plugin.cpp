@@ -5,6 +5,8 @@
 #include <deque>
 #include <new>
 
+#include "mobius/sdk/config.hpp"
+
 namespace mobius {
 namespace {
 
@@ -26,8 +28,9 @@ mobius_status parse_cb(void* user, mobius_context* ctx, const char* config_json,
                        mobius_string_sink* out) {
   auto* e = static_cast<Entry*>(user);
   return detail::run_guarded(e->host, ctx, MOBIUS_ERROR_KIND_CONFIG, [&] {
-    // config.json as the user gave it: a JSON error here is a config error.
-    nlohmann::json in = nlohmann::json::parse(config_json ? config_json : "");
+    // config.json as the user gave it: a JSON error here is a config error. The host checked
+    // the limits already; they hold here whatever host this runs in.
+    nlohmann::json in = parse_config_text(config_json ? config_json : "", "config.json");
     std::string s = e->parse(in).dump();
     out->write(out->opaque, s.data(), s.size());
   });
@@ -38,7 +41,8 @@ mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json)
   return detail::run_guarded(e->host, ctx, MOBIUS_ERROR_KIND_PLUGIN, [&] {
     BuildContext bc(e->host, ctx);
     // The normalized config is the plugin's own output: a problem reading it is the plugin's.
-    nlohmann::json cfg = nlohmann::json::parse(config_json ? config_json : "");
+    nlohmann::json cfg = parse_config_text(config_json ? config_json : "", "normalized config",
+                                           MOBIUS_ERROR_KIND_PLUGIN);
     e->build(bc, cfg);
     if (e->task == "text-generation") detail::add_text_generation_files(bc, e->model_type, cfg);
   });
@@ -147,16 +151,34 @@ void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
   auto dim_value = [&](size_t i) -> int64_t {
     return key.dims[i].is_static() ? key.dims[i].size : 0;
   };
+  // Token ids from config.json: text_config's first (a composite model's), then the top
+  // level's. Parsed within the config limits, and only a number or a flat list of numbers is
+  // taken: nothing deep or large reaches the file written here.
   nlohmann::json src = nlohmann::json::object();
   try {
-    if (std::optional<std::string> text = ctx.source_config()) src = nlohmann::json::parse(*text);
-    if (src.contains("text_config") && src["text_config"].is_object()) src.update(src["text_config"]);
+    if (std::optional<std::string> text = ctx.source_config())
+      src = parse_config_text(*text, "config.json");
   } catch (const std::exception&) {
     src = nlohmann::json::object();
   }
+  if (!src.is_object()) src = nlohmann::json::object();
+  const nlohmann::json* text_cfg = nullptr;
+  if (auto it = src.find("text_config"); it != src.end() && it->is_object()) text_cfg = &*it;
+  auto token_id = [](const nlohmann::json& v) {
+    if (v.is_number()) return true;
+    if (!v.is_array() || v.empty() || v.size() > 1024) return false;
+    for (const auto& e : v)
+      if (!e.is_number()) return false;
+    return true;
+  };
   auto token = [&](const char* k, nlohmann::json def) {
-    auto it = src.find(k);
-    return it != src.end() && !it->is_null() ? *it : def;
+    for (const nlohmann::json* j : {text_cfg, static_cast<const nlohmann::json*>(&src)}) {
+      if (!j) continue;
+      auto it = j->find(k);
+      if (it == j->end()) continue;
+      return !it->is_null() && token_id(*it) ? *it : def;
+    }
+    return def;
   };
   int64_t context = cfg.value("max_position_embeddings", int64_t{4096});
   nlohmann::json decoder = {

@@ -18,6 +18,10 @@ struct BuildOptions {
   std::string dtype = "f32";  // weight dtype: f32 | f16 | bf16
   bool no_weights = false;    // build the graph only (no checkpoint needed)
   bool quiet = false;
+  // Provenance of a checkpoint fetched from the Hugging Face Hub (mobius/hub.hpp's
+  // ModelSource): "org/name" and the commit; empty for a local folder.
+  std::string source_repo;
+  std::string source_commit;
 };
 
 struct SaveOptions {
@@ -38,6 +42,7 @@ class ModelPackage {
 
   // Writes OUT/model.onnx, OUT/model.onnx.data and the runtime files transactionally: into a
   // temporary folder beside OUT, checked, then renamed into place. On failure OUT is as it was.
+  // An OUT that is the checkpoint folder or contains it is refused first (check_output_folder).
   void save(const std::filesystem::path& out, const SaveOptions& opts = {}) const;
 
   const std::string& model_type() const;
@@ -49,6 +54,11 @@ class ModelPackage {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Throws mobius::Error when OUT is the checkpoint folder `source` or contains it, however either
+// is spelled (relative, "..", links, bind mounts): OUT is compared by device and inode, and by
+// canonical path, with the checkpoint folder and each of its ancestors. Nothing is written.
+void check_output_folder(const std::filesystem::path& out, const std::filesystem::path& source);
 
 // Builds `source` (a local checkpoint folder) with the architecture the registry has for its
 // config.json model_type. Header-only preflight runs here: a checkpoint that does not fit

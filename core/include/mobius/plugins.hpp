@@ -16,7 +16,8 @@ struct PluginSearchDir {
   std::string origin;  // "--plugin-path", "MOBIUS_PLUGIN_PATH", "default"
 };
 
-// What discovery found for one plugin, loaded or not.
+// What discovery found for one plugin, loaded or not. Every string is printable text: manifest
+// values are refused unless they are, and paths and reasons have control bytes escaped (\xNN).
 struct PluginRecord {
   std::filesystem::path manifest;  // plugin.yaml (empty for a library without one)
   std::filesystem::path library;
@@ -49,13 +50,16 @@ class PluginHost {
   PluginHost& operator=(const PluginHost&) = delete;
 
   // Discovers and loads every plugin under `dirs` into `registry`. Never throws for a bad
-  // plugin: its record carries the reason and every other plugin still loads. With
+  // plugin: its record carries the reason and every other plugin still loads. Each folder is
+  // resolved once; inside it no symbolic link is followed, and what holds a plugin must be
+  // owned by root or the current user and writable by no other user (see plugins.cpp). With
   // `only_model_types`, every manifest is still read and checked, but only the plugins whose
   // manifest lists one of those model types are probed and loaded; the others are `deferred`.
   std::vector<PluginRecord> load(const std::vector<PluginSearchDir>& dirs,
                                  ModelRegistry& registry,
                                  const std::vector<std::string>& only_model_types = {});
-  // Loads one plugin from its manifest (or a bare library) into `registry`.
+  // Loads one plugin from its manifest (or a bare library) into `registry`, under the same rules
+  // with the manifest's folder as the plugin folder.
   PluginRecord load_one(const std::filesystem::path& manifest_or_library, int priority,
                         const std::string& origin, ModelRegistry& registry);
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,36 @@
 #include "mobius/sdk/error.hpp"
 
 namespace mobius {
+
+// Parses config text (config.json, or the normalized config a parser produced) within the same
+// limits the host enforces before a plugin sees the text: at most 16 MiB, values nested at most
+// 64 levels deep, at most 2^20 values. Nesting is refused as it opens, so nothing later (a copy,
+// dump(), a comparison: nlohmann recurses in all of them) ever meets a deep value. Throws
+// mobius::Error "[config] <what>: <reason>", or "[plugin] ..." with `kind` PLUGIN.
+nlohmann::json parse_config_text(std::string_view text, const std::string& what,
+                                 mobius_error_kind kind = MOBIUS_ERROR_KIND_CONFIG);
+
+// A config value as messages show it: numbers and booleans as written, strings quoted with
+// control and non-ASCII characters escaped and cut after 120 bytes, lists and objects by their
+// size alone (never their contents, which may be long or deep).
+std::string describe_value(const nlohmann::json& v);
+// A string from a config, quoted for a message: 'text' with control bytes (C0, DEL, C1) and
+// invalid UTF-8 escaped as \xNN, cut after 120 bytes ("...").
+std::string quote_value(std::string_view s);
+
+// The plausible range of a size key: every integer ConfigReader::get_int reads under one of
+// these names, and ArchitectureConfig::validate() for the fields it holds, is checked against
+// it, so an absurd config (num_hidden_layers: 1e12) is refused before anything is sized by it.
+struct SizeBound {
+  const char* key;
+  int64_t min;      // 1: "must be positive"; 0: "must not be negative"
+  int64_t max;      // generous: several times the largest released model's value
+  int64_t largest;  // about the largest value in released models, for the message
+};
+// The bound of `key`, or nullptr when it is not a size key.
+const SizeBound* size_bound(std::string_view key);
+// Throws "[config] <where>: 'key' ..." when `value` is outside `key`'s bound.
+void check_size_key(const std::string& key, int64_t value, const std::string& where = "");
 
 // Typed access to a config object; every error names the key, e.g.
 // "[config] 'num_key_value_heads' (3) must divide 'num_attention_heads' (4)".
@@ -88,7 +119,8 @@ struct ArchitectureConfig {
 
   int64_t rotary_dim() const;  // head_dim * partial_rotary_factor, even
   bool is_sliding(int64_t layer) const;
-  // Checks relations between fields; throws naming the key.
+  // Checks every size field against its SizeBound, the relations between fields, and the size
+  // of the whole model (about 8.8 trillion parameters at most); throws naming the key.
   void validate() const;
 };
 

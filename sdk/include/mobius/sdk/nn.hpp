@@ -214,6 +214,14 @@ class TextModel : public Module {
                 std::vector<std::map<std::string, Value>>& present) const;
   // Looked-up embeddings (scaled as the family requires) in the activation dtype.
   virtual Value embed(Graph& g, SharedInputs& shared) const;
+  // Checks the config against the checkpoint's headers, when the build has a checkpoint, before
+  // forward() builds anything: the embedding's shape against vocab_size and hidden_size, and the
+  // layer count. A parameter every layer declares (the first, by name, that layer 0 has in the
+  // checkpoint) must exist for layer num_hidden_layers - 1 and must not for layer
+  // num_hidden_layers (after the multi-token-prediction layers some families keep there, counted
+  // by "num_nextn_predict_layers" in ArchitectureConfig::extra). Throws "[config] ..." naming
+  // the key and the tensor it looked for. forward() calls it.
+  void check_checkpoint(BuildContext& ctx) const;
 
   ArchitectureConfig cfg;
   const Embedding* embed_tokens;

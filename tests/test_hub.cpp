@@ -1,0 +1,798 @@
+// test_hub.cpp - models from the Hugging Face Hub: ids, revisions and the cache configuration
+// as huggingface_hub reads them; then `mobius build --model org/name` and `mobius download`
+// against a loopback hub (tests/hub_server.mjs, with a CDN on another host): the same model as
+// from the local folder, huggingface_hub's cache layout, offline builds, resumed, retried and
+// refused downloads, gated and missing repositories, concurrent processes. Nothing here reaches
+// an address other than loopback.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "golden_util.hpp"
+#include "http.hpp"
+#include "hub.hpp"
+#include "hub_cache.hpp"
+#include "mobius/hub.hpp"
+#include "sha256.hpp"
+
+extern char** environ;
+
+using namespace mobius;
+using namespace mobius::test;
+
+namespace {
+
+// No proxy, token or hub setting of the caller's environment reaches the runs below.
+void isolate_env() {
+  for (const char* k : {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy",
+                        "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE",
+                        "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT",
+                        "HF_HOME", "XDG_CACHE_HOME"})
+    ::unsetenv(k);
+  ::setenv("NO_PROXY", "*", 1);
+  ::setenv("no_proxy", "*", 1);
+}
+
+std::string sha256_of(const std::string& bytes) {
+  Sha256 s;
+  s.update(bytes);
+  return s.hex_digest();
+}
+
+// The loopback hub of tests/hub_server.mjs, stopped (its stdin closed) when this goes.
+class HubServer {
+ public:
+  HubServer(const fs::path& dir, const nlohmann::json& config) {
+    isolate_env();
+    write_text(dir / "hub-config.json", config.dump());
+    int in[2], out[2];
+    REQUIRE(::pipe(in) == 0);
+    REQUIRE(::pipe(out) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::string script = env_or_empty("MOBIUS_SOURCE_ROOT") + "/tests/hub_server.mjs";
+    std::string cfg = (dir / "hub-config.json").string();
+    std::vector<char*> argv = {const_cast<char*>("node"), script.data(), cfg.data(), nullptr};
+    int rc = posix_spawnp(&pid_, "node", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    stdin_ = in[1];
+    REQUIRE(rc == 0);
+    std::string line;
+    pollfd p{out[0], POLLIN, 0};
+    while (line.find('\n') == std::string::npos && ::poll(&p, 1, 20000) > 0) {
+      char buf[256];
+      ssize_t n = ::read(out[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out[0]);
+    INFO(line);
+    REQUIRE(line.find('\n') != std::string::npos);
+    nlohmann::json j = nlohmann::json::parse(line);
+    port_ = j["port"].get<int>();
+    cdn_ = j["cdn"].get<std::string>();
+  }
+  ~HubServer() {
+    ::close(stdin_);
+    ::kill(pid_, SIGTERM);
+    int st;
+    ::waitpid(pid_, &st, 0);
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  const std::string& cdn() const { return cdn_; }
+
+  nlohmann::json control(const std::string& what, const std::string& query = "") {
+    http::Client c;
+    http::Request r;
+    r.url = endpoint() + "/_control/" + what + query;
+    std::string body;
+    r.on_body = [&](const char* p, size_t n) {
+      body.append(p, n);
+      return true;
+    };
+    http::Response resp = c.perform(r);
+    REQUIRE(resp.status == 200);
+    return nlohmann::json::parse(body);
+  }
+  void faults(const nlohmann::json& f) { control("faults", "?set=" + http::url_encode(f.dump(), false)); }
+  nlohmann::json log() { return control("log"); }
+  void reset() { control("reset"); }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int port_ = 0;
+  std::string cdn_;
+};
+
+// `mobius ARGS` with the hub settings given as VAR=value words (and nothing from the caller's).
+RunResult mobius_cli(const std::string& env, const std::string& args) {
+  return run("env " + env + " " + quote(env_or_empty("MOBIUS_CLI")) + " " + args);
+}
+
+std::string hub_env(const HubServer& s, const fs::path& home, const std::string& extra = "") {
+  return "HF_ENDPOINT=" + s.endpoint() + " HF_HOME=" + quote(home.string()) + " " + extra;
+}
+
+fs::path repo_dir(const fs::path& home, const std::string& repo) {
+  return home / "hub" / hub::repo_folder_name(repo);
+}
+
+// The one snapshot of a repository in the cache.
+std::string only_commit(const fs::path& home, const std::string& repo) {
+  std::vector<std::string> c;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(repo_dir(home, repo) / "snapshots", ec))
+    c.push_back(e.path().filename().string());
+  REQUIRE(c.size() == 1);
+  return c[0];
+}
+
+// Whether any snapshot of the repository has an entry (even a dangling link) named `file`.
+bool any_snapshot_has(const fs::path& home, const std::string& repo, const std::string& file) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(repo_dir(home, repo) / "snapshots", ec))
+    if (fs::exists(fs::symlink_status(e.path() / file))) return true;
+  return false;
+}
+
+// huggingface_hub's layout: refs/main holds the commit; every snapshot entry is a relative link
+// into ../../blobs/ that resolves; nothing half-written remains in blobs/.
+void check_layout(const fs::path& home, const std::string& repo, const std::set<std::string>& files) {
+  const fs::path rd = repo_dir(home, repo);
+  const std::string commit = only_commit(home, repo);
+  CHECK(hub::is_commit_hash(commit));
+  CHECK(read_text(rd / "refs" / "main") == commit);
+  std::set<std::string> seen;
+  for (const auto& e : fs::recursive_directory_iterator(rd / "snapshots" / commit)) {
+    if (e.is_directory()) continue;
+    std::string rel = e.path().lexically_relative(rd / "snapshots" / commit).string();
+    seen.insert(rel);
+    CAPTURE(rel);
+    REQUIRE(fs::is_symlink(e.symlink_status()));
+    fs::path target = fs::read_symlink(e.path());
+    CHECK(target.is_relative());
+    std::string up = "../..";
+    for (char c : rel)
+      if (c == '/') up += "/..";
+    CHECK(target.parent_path() == fs::path(up) / "blobs");
+    CHECK(fs::is_regular_file(e.path()));
+  }
+  CHECK(seen == files);
+  for (const auto& e : fs::directory_iterator(rd / "blobs")) {
+    CHECK_MESSAGE(e.is_regular_file(), e.path());
+    CHECK(e.path().extension() != ".incomplete");
+  }
+}
+
+std::vector<nlohmann::json> requests(const nlohmann::json& log, const std::string& server,
+                                     const std::string& method = "", const std::string& file = "") {
+  std::vector<nlohmann::json> v;
+  for (const auto& e : log)
+    if (e["server"] == server && (method.empty() || e["method"] == method) &&
+        (file.empty() || (e["file"].is_string() && e["file"] == file)))
+      v.push_back(e);
+  return v;
+}
+
+RunResult local_build(const fs::path& ckpt, const fs::path& out) {
+  return mobius_cli("", "build -q --model " + quote(ckpt.string()) + " " + quote(out.string()));
+}
+
+void copy_dir(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
+  fs::copy(from, to, fs::copy_options::recursive);
+}
+
+nlohmann::json repos(std::initializer_list<std::pair<std::string, fs::path>> list) {
+  nlohmann::json r = nlohmann::json::object();
+  for (const auto& [id, dir] : list) r[id] = {{"dir", dir.string()}, {"tags", {"v1"}}};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("hub: ids, revisions, names and settings are read as huggingface_hub reads them") {
+  for (const char* ok : {"org/name", "Org-1/Name_2.x", "a/b", "_x/y_"}) CHECK_MESSAGE(hub::is_valid_repo_id(ok), ok);
+  for (const char* bad : {"name", "org/na--me", "org/na..me", "org/name.git", "-org/name", "org/name-",
+                          "org/.name", "a/b/c", "/abs/path", "./x/y", "org/", "/name", "org/na me",
+                          "org/caf\xc3\xa9"})
+    CHECK_MESSAGE(!hub::is_valid_repo_id(bad), bad);
+  CHECK(hub::is_valid_repo_id("gpt2", /*require_namespace=*/false));
+  CHECK(hub::is_valid_repo_id("org/" + std::string(96, 'a')));
+  CHECK(!hub::is_valid_repo_id("org/" + std::string(97, 'a')));
+  CHECK(!hub::is_valid_repo_id(std::string(97, 'a') + "/x"));
+
+  auto spec = parse_hub_spec("org/name@v1.0");
+  REQUIRE(spec);
+  CHECK(spec->repo_id == "org/name");
+  CHECK(spec->revision == "v1.0");
+  CHECK(parse_hub_spec("org/name")->revision.empty());
+  CHECK(parse_hub_spec("org/name@refs/pr/1"));
+  CHECK_FALSE(parse_hub_spec("org/name@../x"));
+  CHECK_FALSE(parse_hub_spec("org/name@"));
+  CHECK_FALSE(parse_hub_spec("no/such/folder"));
+
+  const std::string hash(40, 'a');
+  for (const char* ok : {"main", "v1.0", "refs/pr/1", "release-2024", hash.c_str()})
+    CHECK_MESSAGE(hub::is_valid_revision(ok), ok);
+  for (const char* bad : {"", "..", "a/../b", "/main", "main/", ".hidden", "a b", "a\nb", "a:b", "x.lock", "a//b"})
+    CHECK_MESSAGE(!hub::is_valid_revision(bad), bad);
+  CHECK(hub::is_commit_hash("0123456789abcdef0123456789abcdef01234567"));
+  CHECK(!hub::is_commit_hash("0123456789ABCDEF0123456789abcdef01234567"));
+
+  for (const char* ok : {"model-00001-of-00002.safetensors", "sub/x.bin"}) CHECK(hub::is_safe_repo_path(ok));
+  for (const char* bad : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "./x", "a\\b", "x\n"})
+    CHECK_MESSAGE(!hub::is_safe_repo_path(bad), bad);
+
+  CHECK(hub::normalize_etag("W/\"abc\"") == "abc");
+  CHECK(hub::normalize_etag("\"abc\"") == "abc");
+  CHECK(hub::normalize_etag("abc") == "abc");
+  CHECK(!hub::is_safe_etag("../x"));
+  CHECK(!hub::is_safe_etag("a/b"));
+  CHECK(hub::repo_folder_name("org/name") == "models--org--name");
+
+  CHECK(hub::resolve_url("https://h.example", "org/n", "refs/pr/1", "sub dir/a+b.json") ==
+        "https://h.example/org/n/resolve/refs%2Fpr%2F1/sub%20dir/a%2Bb.json");
+  CHECK(http::is_relative_reference("/org/n/resolve/main/x"));
+  CHECK(http::is_relative_reference("x?y=1"));
+  CHECK_FALSE(http::is_relative_reference("https://cdn.example/x"));
+  CHECK_FALSE(http::is_relative_reference("//cdn.example/x"));
+  CHECK(http::same_origin("http://127.0.0.1:80/a", "http://127.0.0.1/b"));
+  CHECK(http::same_origin("HTTPS://Hub.example/a", "https://hub.example:443"));
+  CHECK_FALSE(http::same_origin("http://127.0.0.1:8080/a", "http://127.0.0.1:8081/a"));
+  CHECK_FALSE(http::same_origin("http://127.0.0.2:8080/a", "http://127.0.0.1:8080/a"));
+  CHECK(http::resolve_location("http://h:1/a/b?x", "/c/d").value() == "http://h:1/c/d");
+  CHECK_FALSE(http::resolve_location("http://h:1/a", "file:///etc/passwd"));
+
+  // FIPS 180-4 test vectors, and one fed in uneven pieces.
+  CHECK(sha256_of("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_of("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::string million(1000000, 'a');
+  Sha256 s;
+  for (size_t i = 0; i < million.size(); i += 997) s.update(million.data() + i, std::min<size_t>(997, million.size() - i));
+  CHECK(s.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+
+  // The cache settings.
+  isolate_env();
+  TempDir t;
+  const std::string old_home = env_or_empty("HOME");
+  ::setenv("HOME", t.path().c_str(), 1);
+  hub::Config c = hub::Config::from_env();
+  CHECK(c.home == t.path() / ".cache" / "huggingface");
+  CHECK(c.cache == t.path() / ".cache" / "huggingface" / "hub");
+  CHECK(c.endpoint == "https://huggingface.co");
+  CHECK(c.token.empty());
+  CHECK_FALSE(c.offline);
+  ::setenv("XDG_CACHE_HOME", (t / "xdg").c_str(), 1);
+  CHECK(hub::Config::from_env().home == t / "xdg" / "huggingface");
+  ::setenv("HF_HOME", "~/hf", 1);
+  ::setenv("HF_ENDPOINT", "http://127.0.0.1:9/", 1);
+  fs::create_directories(t / "hf");
+  write_text(t / "hf" / "token", "  hf_from_file\n");
+  for (const char* v : {"1", "true", "YES", "On"}) {
+    ::setenv("HF_HUB_OFFLINE", v, 1);
+    CHECK(hub::Config::from_env().offline);
+  }
+  ::setenv("HF_HUB_OFFLINE", "0", 1);
+  c = hub::Config::from_env();
+  CHECK_FALSE(c.offline);
+  CHECK(c.home == t / "hf");
+  CHECK(c.cache == t / "hf" / "hub");
+  CHECK(c.endpoint == "http://127.0.0.1:9");
+  CHECK(c.token == "hf_from_file");
+  ::setenv("HF_TOKEN", "hf_env", 1);
+  ::setenv("HF_HUB_CACHE", (t / "elsewhere").c_str(), 1);
+  c = hub::Config::from_env();
+  CHECK(c.token == "hf_env");
+  CHECK(c.token_source == "HF_TOKEN");
+  CHECK(c.cache == t / "elsewhere");
+  ::setenv("HOME", old_home.c_str(), 1);
+  isolate_env();
+}
+
+TEST_CASE("hub: shard names from an index are checked before anything is asked for") {
+  TempDir t;
+  write_text(t / "ok.json", R"({"metadata": {}, "weight_map": {"a": "m-2.safetensors", "b": "m-1.safetensors", "c": "m-2.safetensors", "d": "sub/m-3.safetensors"}})");
+  CHECK(hub::index_shards(t / "ok.json", "ok.json") ==
+        std::vector<std::string>{"m-1.safetensors", "m-2.safetensors", "sub/m-3.safetensors"});
+  for (const std::string& bad : {std::string("/etc/passwd"), std::string("../m.safetensors"), std::string("a/../../m"),
+                                 std::string("a\\..\\m"), std::string("m\xc2\x85.safetensors"), std::string("m\x1b[2J"),
+                                 std::string("a//m"), std::string(2000, 'm')}) {
+    CAPTURE(bad);
+    write_text(t / "bad.json", nlohmann::json({{"weight_map", {{"a", "ok.safetensors"}, {"b", bad}}}}).dump());
+    CHECK_THROWS_WITH_AS(hub::index_shards(t / "bad.json", "bad.json"),
+                         doctest::Contains("is not a relative file name inside the repository"), Error);
+  }
+  write_text(t / "empty.json", R"({"weight_map": {}})");
+  CHECK_THROWS_WITH_AS(hub::index_shards(t / "empty.json", "empty.json"), doctest::Contains("lists no shard"), Error);
+  write_text(t / "none.json", R"({"weights": {}})");
+  CHECK_THROWS_WITH_AS(hub::index_shards(t / "none.json", "none.json"), doctest::Contains("no 'weight_map' object"), Error);
+}
+
+TEST_CASE("hub: a build from a hub id equals the build from the folder; the cache is huggingface_hub's; offline rebuilds") {
+  TempDir t;
+  HubServer hub(t.path(), {{"token", "hf_secret"},
+                           {"repos", repos({{"org/llama-tiny", golden("llama-tiny")},
+                                            {"org/rope-sharded", golden("llama3-rope-tied")}})}});
+  const fs::path home = t / "hf";
+  for (const auto& [repo, golden_case] :
+       std::vector<std::pair<std::string, std::string>>{{"org/llama-tiny", "llama-tiny"}, {"org/rope-sharded", "llama3-rope-tied"}}) {
+    CAPTURE(repo);
+    hub.reset();
+    if (repo == "org/rope-sharded") hub.faults({{{"kind", "delay"}, {"server", "cdn"}, {"ms", 300}, {"times", -1}}});
+    // A token is set: the hub gets it, the CDN (another host) never does.
+    RunResult r = mobius_cli(hub_env(hub, home, "HF_TOKEN=hf_secret"),
+                             "build --model " + repo + " " + quote((t / ("out-" + golden_case)).string()));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("built llama") != std::string::npos);
+    REQUIRE(local_build(golden(golden_case), t / ("local-" + golden_case)).status == 0);
+    CHECK(read_text(t / ("out-" + golden_case) / "model.onnx.data") ==
+          read_text(t / ("local-" + golden_case) / "model.onnx.data"));
+    CHECK(fs::exists(t / ("out-" + golden_case) / "config.json"));
+
+    nlohmann::json log = hub.log();
+    INFO(log.dump(1));
+    std::set<std::string> allowed = {"config.json", "model.safetensors.index.json", "model.safetensors",
+                                     "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    for (const auto& f : hub::optional_files()) allowed.insert(f);
+    for (const auto& e : requests(log, "hub")) {
+      CHECK(allowed.count(e["file"].get<std::string>()));
+      CHECK(e["auth"] == "Bearer hf_secret");
+    }
+    auto cdn = requests(log, "cdn");
+    CHECK(!cdn.empty());
+    for (const auto& e : cdn) {
+      CHECK(e["auth"].is_null());
+      CHECK("http://" + e["host"].get<std::string>() != hub.endpoint());  // another host
+    }
+    if (repo == "org/llama-tiny") {
+      check_layout(home, repo, {"config.json", "model.safetensors"});
+      const std::string weights = read_text(golden(golden_case) / "model.safetensors");
+      CHECK(read_text(repo_dir(home, repo) / "blobs" / sha256_of(weights)) == weights);
+    } else {
+      check_layout(home, repo, {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                "model-00002-of-00002.safetensors"});
+      // Both shards were in flight at once.
+      CHECK(hub.control("stats")["maxCdnInFlight"].get<int>() >= 2);
+    }
+    // Missing optional files are recorded as huggingface_hub records them.
+    CHECK(fs::exists(repo_dir(home, repo) / ".no_exist" / only_commit(home, repo) / "tokenizer.json"));
+
+    // Online again: one HEAD (config.json at main), nothing downloaded.
+    hub.reset();
+    r = mobius_cli(hub_env(hub, home), "download -q " + repo);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output == (repo_dir(home, repo) / "snapshots" / only_commit(home, repo)).string() + "\n");
+    log = hub.log();
+    CHECK(log.size() == 1);
+    CHECK(log[0]["method"] == "HEAD");
+    hub.reset();
+
+    // Offline, with an endpoint nobody listens on: the cache alone.
+    fs::remove_all(t / "out-offline");
+    r = mobius_cli("HF_HUB_OFFLINE=1 HF_ENDPOINT=http://127.0.0.1:1 HF_HOME=" + quote(home.string()),
+                   "build -q --model " + repo + " " + quote((t / "out-offline").string()));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(read_text(t / "out-offline" / "model.onnx.data") == read_text(t / ("local-" + golden_case) / "model.onnx.data"));
+    CHECK(hub.log().empty());
+  }
+}
+
+TEST_CASE("hub: the files a build needs, and only those") {
+  TempDir t;
+  const fs::path repo = t / "repo";
+  copy_dir(golden("llama-tiny"), repo);
+  write_text(repo / "tokenizer.json", R"({"version": "1.0", "model": {"type": "BPE"}})");
+  write_text(repo / "tokenizer_config.json", R"({"model_max_length": 128})");
+  write_text(repo / "generation_config.json", R"({"bos_token_id": 1})");
+  write_text(repo / "README.md", "# a model");
+  write_text(repo / "other.safetensors", "not needed");
+  fs::create_directories(repo / "onnx");
+  write_text(repo / "onnx" / "model.onnx", "not needed");
+  const fs::path bin_repo = t / "bin-repo";
+  fs::create_directories(bin_repo);
+  fs::copy(golden("llama-tiny") / "config.json", bin_repo / "config.json");
+  write_text(bin_repo / "pytorch_model.bin", "pickled weights");
+  write_text(bin_repo / "README.md", "# a model");
+  const fs::path no_weights = t / "no-weights";
+  fs::create_directories(no_weights);
+  fs::copy(golden("llama-tiny") / "config.json", no_weights / "config.json");
+  HubServer hub(t.path(), {{"repos", repos({{"org/tok", repo}, {"org/bin", bin_repo}, {"org/cfg-only", no_weights}})}});
+  const fs::path home = t / "hf";
+
+  RunResult r = mobius_cli(hub_env(hub, home), "build -q --model org/tok " + quote((t / "out").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_layout(home, "org/tok", {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"});
+  std::set<std::string> asked;
+  for (const auto& e : hub.log()) asked.insert(e["file"].get<std::string>());
+  for (const char* never : {"README.md", "other.safetensors", "onnx/model.onnx", "case.json", "reference.safetensors"})
+    CHECK_MESSAGE(!asked.count(never), never);
+  CHECK(asked.count("vocab.json"));  // asked, absent: skipped
+  // The runtime files reach OUT from the snapshot.
+  CHECK(read_text(t / "out" / "tokenizer.json") == read_text(repo / "tokenizer.json"));
+  CHECK(fs::exists(t / "out" / "generation_config.json"));
+
+  // Without safetensors, pytorch_model.bin; `download` fetches only.
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/bin");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_layout(home, "org/bin", {"config.json", "pytorch_model.bin"});
+  std::vector<std::string> weights_asked;
+  for (const auto& e : requests(hub.log(), "hub", "HEAD")) {
+    std::string f = e["file"];
+    if (f.rfind("model", 0) == 0 || f.rfind("pytorch_model", 0) == 0) weights_asked.push_back(f);
+  }
+  CHECK(weights_asked == std::vector<std::string>{"model.safetensors.index.json", "model.safetensors",
+                                                  "pytorch_model.bin.index.json", "pytorch_model.bin"});
+
+  r = mobius_cli(hub_env(hub, home), "download -q org/cfg-only");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/cfg-only has no weights") != std::string::npos);
+  // --no-weights needs none.
+  r = mobius_cli(hub_env(hub, home), "build -q --no-weights --model org/cfg-only " + quote((t / "out-nw").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("hub: revisions: branch, tag, commit, @REV; refs/ as huggingface_hub writes it") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")}})},
+                           {"renamed", {{"org/old-name", "org/llama-tiny"}}}});
+  const fs::path home = t / "hf";
+  RunResult r = mobius_cli(hub_env(hub, home), "download -q org/llama-tiny@v1");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string commit = only_commit(home, "org/llama-tiny");
+  CHECK(read_text(repo_dir(home, "org/llama-tiny") / "refs" / "v1") == commit);
+  CHECK_FALSE(fs::exists(repo_dir(home, "org/llama-tiny") / "refs" / "main"));
+
+  // A commit hash needs no ref, and what the snapshot holds is not asked again.
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/llama-tiny --revision " + commit);
+  REQUIRE(r.status == 0);
+  CHECK(r.output == (repo_dir(home, "org/llama-tiny") / "snapshots" / commit).string() + "\n");
+  CHECK_FALSE(fs::exists(repo_dir(home, "org/llama-tiny") / "refs" / commit));
+  CHECK(hub.log().empty());
+
+  r = mobius_cli(hub_env(hub, home), "build -q --model org/llama-tiny --revision nope " + quote((t / "o").string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("revision 'nope' does not exist") != std::string::npos);
+  r = mobius_cli(hub_env(hub, home), "download org/llama-tiny@v1 --revision main");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("but --revision is 'main'") != std::string::npos);
+
+  // A renamed repository answers a relative redirect, which is followed.
+  r = mobius_cli(hub_env(hub, home), "download -q org/old-name");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_layout(home, "org/old-name", {"config.json", "model.safetensors"});
+}
+
+TEST_CASE("hub: a dropped connection resumes with Range; an interrupted file resumes from .incomplete") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")}})}});
+  const fs::path home = t / "hf";
+  const std::string weights = read_text(golden("llama-tiny") / "model.safetensors");
+  const std::string sha = sha256_of(weights);
+  hub.faults({{{"kind", "drop"}, {"server", "cdn"}, {"file", "model.safetensors"}, {"after", 60000}}});
+  RunResult r = mobius_cli(hub_env(hub, home), "download -q org/llama-tiny");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto gets = requests(hub.log(), "cdn", "GET", "model.safetensors");
+  REQUIRE(gets.size() == 2);
+  CHECK(gets[0]["dropped"] == 60000);
+  CHECK(gets[1]["range"] == "bytes=60000-");
+  CHECK(gets[1]["status"] == 206);
+  CHECK(read_text(repo_dir(home, "org/llama-tiny") / "blobs" / sha) == weights);
+  check_layout(home, "org/llama-tiny", {"config.json", "model.safetensors"});
+
+  // A previous process stopped half-way: its .incomplete is where this one starts.
+  const fs::path home2 = t / "hf2";
+  fs::create_directories(repo_dir(home2, "org/llama-tiny") / "blobs");
+  write_text(repo_dir(home2, "org/llama-tiny") / "blobs" / (sha + ".incomplete"), weights.substr(0, 12345));
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home2), "download -q org/llama-tiny");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  gets = requests(hub.log(), "cdn", "GET");
+  REQUIRE(gets.size() == 1);
+  CHECK(gets[0]["range"] == "bytes=12345-");
+  CHECK(read_text(repo_dir(home2, "org/llama-tiny") / "blobs" / sha) == weights);
+}
+
+TEST_CASE("hub: a corrupted download is refused and nothing is published") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")}})}});
+  const fs::path home = t / "hf";
+  const std::string sha = sha256_of(read_text(golden("llama-tiny") / "model.safetensors"));
+  hub.faults({{{"kind", "corrupt"}, {"server", "cdn"}, {"file", "model.safetensors"}, {"times", -1}}});
+  RunResult r = mobius_cli(hub_env(hub, home), "build -q --model org/llama-tiny " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("model.safetensors is corrupt: its sha256 is") != std::string::npos);
+  CHECK(r.output.find("the hub announced " + sha) != std::string::npos);
+  const fs::path rd = repo_dir(home, "org/llama-tiny");
+  CHECK_FALSE(fs::exists(rd / "blobs" / sha));
+  CHECK_FALSE(fs::exists(rd / "blobs" / (sha + ".incomplete")));
+  CHECK_FALSE(any_snapshot_has(home, "org/llama-tiny", "model.safetensors"));
+  CHECK_FALSE(fs::exists(rd / "refs" / "main"));
+  CHECK_FALSE(fs::exists(t / "out"));
+  // Once the bytes are right, the same cache completes.
+  hub.faults(nlohmann::json::array());
+  r = mobius_cli(hub_env(hub, home), "build -q --model org/llama-tiny " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("hub: 503 is retried after Retry-After; a hub that keeps failing is reported") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")}})}});
+  const fs::path home = t / "hf";
+  hub.faults({{{"kind", "status"}, {"server", "hub"}, {"method", "HEAD"}, {"file", "config.json"}, {"status", 503}, {"retryAfter", 1}},
+              {{"kind", "status"}, {"server", "cdn"}, {"file", "model.safetensors"}, {"status", 503}, {"retryAfter", 1}}});
+  RunResult r = mobius_cli(hub_env(hub, home), "download -q org/llama-tiny");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  nlohmann::json log = hub.log();
+  INFO(log.dump(1));
+  for (const auto& [server, method] : std::vector<std::pair<std::string, std::string>>{{"hub", "HEAD"}, {"cdn", "GET"}}) {
+    auto v = requests(log, server, method, server == "hub" ? "config.json" : "model.safetensors");
+    REQUIRE(v.size() == 2);
+    CHECK(v[0]["status"] == 503);
+    CHECK(v[1]["status"] == 200);
+    CHECK(v[1]["t"].get<int64_t>() - v[0]["t"].get<int64_t>() >= 950);
+  }
+
+  hub.reset();
+  hub.faults({{{"kind", "status"}, {"server", "hub"}, {"status", 503}, {"retryAfter", 0}, {"times", -1}}});
+  r = mobius_cli(hub_env(hub, t / "hf2"), "download -q org/llama-tiny");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("answered 503 for config.json") != std::string::npos);
+  CHECK(r.output.find("after 5 attempts") != std::string::npos);
+  CHECK(hub.log().size() == 5);
+}
+
+TEST_CASE("hub: errors say what to do: gated, missing or private repository, missing file, no hub") {
+  TempDir t;
+  const fs::path no_config = t / "no-config";
+  fs::create_directories(no_config);
+  fs::copy(golden("llama-tiny") / "model.safetensors", no_config / "model.safetensors");
+  const fs::path evil = t / "evil";
+  fs::create_directories(evil);
+  fs::copy(golden("llama-tiny") / "config.json", evil / "config.json");
+  write_text(evil / "model.safetensors.index.json",
+             R"({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "../../evil.safetensors"}})");
+  nlohmann::json rs = repos({{"org/no-config", no_config}, {"org/evil", evil}});
+  rs["org/gated"] = {{"dir", golden("llama-tiny").string()}, {"gated", true}};
+  rs["org/private"] = {{"dir", golden("llama-tiny").string()}, {"private", true}};
+  HubServer hub(t.path(), {{"token", "hf_secret"}, {"repos", rs}});
+  const fs::path home = t / "hf";
+  auto build = [&](const std::string& env, const std::string& model) {
+    fs::remove_all(t / "out");
+    return mobius_cli(hub_env(hub, home, env), "build -q --model " + model + " " + quote((t / "out").string()));
+  };
+
+  RunResult r = build("", "org/gated");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/gated is a gated model: accept the conditions on the model page (" + hub.endpoint() +
+                      "/org/gated), then set HF_TOKEN") != std::string::npos);
+  r = build("HF_TOKEN=hf_wrong", "org/gated");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("the token from HF_TOKEN has no access to it yet") != std::string::npos);
+  r = build("HF_TOKEN=hf_secret", "org/gated");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  fs::remove_all(home);
+  fs::create_directories(home);
+  write_text(home / "token", "hf_secret\n");  // `hf auth login` stores it here
+  r = build("", "org/gated");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  for (const auto& e : requests(hub.log(), "cdn")) CHECK(e["auth"].is_null());
+  fs::remove(home / "token");
+
+  r = build("", "org/nope");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/nope was not found on " + hub.endpoint() +
+                      ": the repository does not exist, or it is private; if it is private, set HF_TOKEN") != std::string::npos);
+  r = build("", "org/private");
+  CHECK(r.output.find("does not exist, or it is private") != std::string::npos);
+  r = build("HF_TOKEN=hf_other", "org/private");
+  CHECK(r.output.find("the token from HF_TOKEN cannot read it") != std::string::npos);
+  r = build("HF_TOKEN=hf_secret", "org/private");
+  CHECK(r.status == 0);
+
+  r = build("", "org/no-config");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/no-config: 'config.json' does not exist in the repository") != std::string::npos);
+
+  hub.reset();
+  r = build("", "org/evil");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("shard '../../evil.safetensors' is not a relative file name") != std::string::npos);
+  for (const auto& e : hub.log()) {
+    CHECK(e["path"].get<std::string>().find("evil.safetensors") == std::string::npos);
+    CHECK(e["file"] != "model-00001-of-00002.safetensors");  // refused before any shard was asked
+  }
+
+  r = mobius_cli("HF_ENDPOINT=http://127.0.0.1:1 HF_HOME=" + quote(home.string()),
+                 "build -q --model org/llama-tiny " + quote((t / "out").string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("cannot reach the hub at http://127.0.0.1:1") != std::string::npos);
+  CHECK(r.output.find("HF_ENDPOINT is 'http://127.0.0.1:1'") != std::string::npos);
+
+  r = mobius_cli(hub_env(hub, home), "build -q --model " + quote((t / "no" / "such" / "folder").string()) + " " +
+                                         quote((t / "out").string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("does not exist, and is not a hub id") != std::string::npos);
+  r = mobius_cli(hub_env(hub, home), "build -q --model org/name--x " + quote((t / "out").string()));
+  CHECK(r.output.find("does not exist, and is not a hub id") != std::string::npos);
+  r = mobius_cli(hub_env(hub, home), "build -q --model " + quote(golden("llama-tiny").string()) + " --revision v1 " +
+                                         quote((t / "out").string()));
+  CHECK(r.output.find("--revision applies to hub ids") != std::string::npos);
+}
+
+TEST_CASE("hub: offline: from the cache alone, or an error naming what is missing") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")},
+                                            {"org/rope-sharded", golden("llama3-rope-tied")}})}});
+  const fs::path home = t / "hf";
+  const std::string offline = "HF_HUB_OFFLINE=1 HF_HOME=" + quote(home.string()) + " HF_ENDPOINT=" + hub.endpoint();
+  RunResult r = mobius_cli(offline, "build -q --model org/llama-tiny " + quote((t / "out").string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/llama-tiny is not in the cache " + (home / "hub").string() + " and HF_HUB_OFFLINE is set") !=
+        std::string::npos);
+
+  REQUIRE(mobius_cli(hub_env(hub, home), "download -q org/rope-sharded").status == 0);
+  const std::string commit = only_commit(home, "org/rope-sharded");
+  fs::remove(repo_dir(home, "org/rope-sharded") / "snapshots" / commit / "model-00002-of-00002.safetensors");
+  hub.reset();
+  r = mobius_cli(offline, "build -q --model org/rope-sharded " + quote((t / "out").string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("shard 'model-00002-of-00002.safetensors' of org/rope-sharded is not in the cache") != std::string::npos);
+  CHECK(r.output.find("HF_HUB_OFFLINE is set") != std::string::npos);
+  r = mobius_cli(offline, "build -q --model org/rope-sharded@v1 " + quote((t / "out").string()));
+  CHECK(r.output.find("org/rope-sharded@v1 is not in the cache") != std::string::npos);
+  CHECK(hub.log().empty());
+
+  // Online, the missing link is made again from the blob that is still there, without a GET.
+  r = mobius_cli(hub_env(hub, home), "build -q --model org/rope-sharded " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(requests(hub.log(), "cdn").empty());
+}
+
+TEST_CASE("hub: a cache laid out by huggingface_hub builds offline") {
+  // What `hf download org/py-made` leaves: blobs named by ETag, relative links, refs/main.
+  TempDir t;
+  const fs::path rd = t / "hf" / "hub" / "models--org--py-made";
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  const std::string weights = read_text(golden("llama-tiny") / "model.safetensors");
+  const std::string config_etag = "a9993e364706816aba3e25717850c26c9cd0d89d";
+  fs::create_directories(rd / "blobs");
+  fs::create_directories(rd / "snapshots" / commit);
+  fs::create_directories(rd / "refs");
+  write_text(rd / "blobs" / sha256_of(weights), weights);
+  fs::copy(golden("llama-tiny") / "config.json", rd / "blobs" / config_etag);
+  fs::create_symlink("../../blobs/" + sha256_of(weights), rd / "snapshots" / commit / "model.safetensors");
+  fs::create_symlink("../../blobs/" + config_etag, rd / "snapshots" / commit / "config.json");
+  write_text(rd / "refs" / "main", commit);
+  isolate_env();
+  REQUIRE(local_build(golden("llama-tiny"), t / "local").status == 0);
+  for (const std::string& model : {std::string("org/py-made"), "org/py-made@" + commit}) {
+    CAPTURE(model);
+    fs::remove_all(t / "out");
+    RunResult r = mobius_cli("HF_HUB_OFFLINE=1 HF_ENDPOINT=http://127.0.0.1:1 HF_HOME=" + quote((t / "hf").string()),
+                             "build -q --model " + model + " " + quote((t / "out").string()));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(read_text(t / "out" / "model.onnx.data") == read_text(t / "local" / "model.onnx.data"));
+  }
+  // HF_HUB_CACHE alone points at it too.
+  fs::remove_all(t / "out");
+  RunResult r = mobius_cli("HF_HUB_OFFLINE=1 HF_HUB_CACHE=" + quote((t / "hf" / "hub").string()) +
+                               " HF_HOME=" + quote((t / "elsewhere").string()),
+                           "build -q --model org/py-made " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("hub: two builds of the same repository at once both succeed, each blob downloaded once") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/rope-sharded", golden("llama3-rope-tied")}})}});
+  const fs::path home = t / "hf";
+  hub.faults({{{"kind", "delay"}, {"server", "cdn"}, {"ms", 400}, {"times", -1}}});
+  std::string cmd;
+  for (int i = 0; i < 2; ++i) {
+    std::string n = std::to_string(i);
+    cmd += "( env " + hub_env(hub, home) + " " + quote(env_or_empty("MOBIUS_CLI")) + " build -q --model org/rope-sharded " +
+           quote((t / ("out" + n)).string()) + " > " + quote((t / ("log" + n)).string()) + " 2>&1; echo $? > " +
+           quote((t / ("rc" + n)).string()) + " ) & ";
+  }
+  RunResult r = run(cmd + "wait");
+  for (int i = 0; i < 2; ++i) {
+    std::string n = std::to_string(i);
+    INFO(read_text(t / ("log" + n)));
+    CHECK(read_text(t / ("rc" + n)) == "0\n");
+  }
+  CHECK(read_text(t / "out0" / "model.onnx.data") == read_text(t / "out1" / "model.onnx.data"));
+  std::map<std::string, int> gets;
+  for (const auto& e : requests(hub.log(), "cdn", "GET")) gets[e["file"]]++;
+  CHECK(gets == std::map<std::string, int>{{"model-00001-of-00002.safetensors", 1}, {"model-00002-of-00002.safetensors", 1}});
+  check_layout(home, "org/rope-sharded", {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"});
+  size_t blobs = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(repo_dir(home, "org/rope-sharded") / "blobs")) ++blobs;
+  CHECK(blobs == 4);
+  CHECK(fs::exists(home / "hub" / ".locks" / "models--org--rope-sharded"));
+}
+
+TEST_CASE("hub: a write that fails (disk full, file too large) publishes nothing; the next run resumes") {
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/llama-tiny", golden("llama-tiny")}})}});
+  const fs::path home = t / "hf";
+  const std::string weights = read_text(golden("llama-tiny") / "model.safetensors");
+  const std::string sha = sha256_of(weights);
+  // A file size limit fails the write (EFBIG, SIGXFSZ ignored) as a full disk does (ENOSPC).
+  RunResult r = run("trap '' XFSZ; ulimit -f 100; env " + hub_env(hub, home) + " " +
+                    quote(env_or_empty("MOBIUS_CLI")) + " download -q org/llama-tiny");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("cannot write") != std::string::npos);
+  CHECK(r.output.find("resumes on the next run") != std::string::npos);
+  const fs::path rd = repo_dir(home, "org/llama-tiny");
+  CHECK_FALSE(fs::exists(rd / "blobs" / sha));
+  CHECK_FALSE(any_snapshot_has(home, "org/llama-tiny", "model.safetensors"));
+  CHECK_FALSE(fs::exists(rd / "refs" / "main"));
+  REQUIRE(fs::exists(rd / "blobs" / (sha + ".incomplete")));
+  const uintmax_t partial = fs::file_size(rd / "blobs" / (sha + ".incomplete"));
+  CHECK(partial > 0);
+  CHECK(partial < weights.size());
+
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/llama-tiny");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto gets = requests(hub.log(), "cdn", "GET");
+  REQUIRE(gets.size() == 1);
+  CHECK(gets[0]["range"] == "bytes=" + std::to_string(partial) + "-");
+  CHECK(read_text(rd / "blobs" / sha) == weights);
+  check_layout(home, "org/llama-tiny", {"config.json", "model.safetensors"});
+}
+
+TEST_CASE("hub: one progress bar on a terminal, none with --quiet") {
+  if (run("command -v script").status != 0) return;  // util-linux's script gives the run a terminal
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/rope-sharded", golden("llama3-rope-tied")}})}});
+  auto on_tty = [&](const fs::path& home, const std::string& args) {
+    return run("env " + hub_env(hub, home) + " script -qec " +
+               quote(quote(env_or_empty("MOBIUS_CLI")) + " " + args) + " /dev/null");
+  };
+  RunResult r = on_tty(t / "hf", "download org/rope-sharded");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("download [") != std::string::npos);
+  CHECK(r.output.find("3/3 files") != std::string::npos);  // the two shards and config.json; the index came first
+  CHECK(r.output.find("/s  ") != std::string::npos);
+  r = on_tty(t / "hf2", "download -q org/rope-sharded");
+  CHECK(r.status == 0);
+  CHECK(r.output.find("download [") == std::string::npos);
+}
