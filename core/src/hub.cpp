@@ -33,24 +33,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "progress.hpp"
 #include "sha256.hpp"
 #include "untrusted.hpp"
 
 namespace mobius {
 namespace hub {
 namespace {
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char s[32];
-  std::snprintf(s, sizeof(s), u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return s;
-}
 
 bool is_sha256(std::string_view s) {
   if (s.size() != 64) return false;
@@ -97,10 +86,10 @@ class Progress {
       : enabled_(enabled), total_(total), files_(files), t0_(std::chrono::steady_clock::now()) {
     if (enabled_) thread_ = std::thread([this] { loop(); });
   }
-  ~Progress() { finish(false); }
+  ~Progress() { finish(); }
   void add(int64_t n) { done_ += n; }
   void file_done() { ++files_done_; }
-  void finish(bool ok) {
+  void finish() {
     if (!thread_.joinable()) return;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -108,8 +97,7 @@ class Progress {
     }
     cv_.notify_all();
     thread_.join();
-    draw(ok);
-    std::fputc('\n', stderr);
+    draw(true);  // the elapsed time, and the end of the line
     std::fflush(stderr);
   }
 
@@ -122,24 +110,10 @@ class Progress {
     }
   }
   void draw(bool final) {
-    const int width = 30;
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     uint64_t done = static_cast<uint64_t>(std::max<int64_t>(0, done_.load()));
-    done = std::min(done, total_);
-    double frac = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
-    std::string bar(static_cast<size_t>(frac * width), '#');
-    bar.resize(width, '.');
-    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-    char eta[32] = "--";
-    if (final)
-      std::snprintf(eta, sizeof(eta), "%.1fs", secs);
-    else if (rate > 0)
-      std::snprintf(eta, sizeof(eta), "ETA %.0fs", static_cast<double>(total_ - done) / rate);
-    std::fprintf(stderr, "\rdownload [%s] %s / %s  %s/s  %s  %zu/%zu files   ", bar.c_str(),
-                 human_bytes(static_cast<double>(done)).c_str(),
-                 human_bytes(static_cast<double>(total_)).c_str(), human_bytes(rate).c_str(), eta,
-                 files_done_.load(), files_);
-    std::fflush(stderr);
+    draw_progress("download", done, total_, secs, final,
+                  std::to_string(files_done_.load()) + "/" + std::to_string(files_) + " files");
   }
 
   bool enabled_;
@@ -574,7 +548,7 @@ void Session::download_all() {
   if (todo.empty()) return;
   Progress pg(opts_.progress, total, todo.size());
   run_parallel(todo.size(), kWorkers, stop_, [&](size_t i, http::Client& c) { fetch(c, *todo[i], pg); });
-  pg.finish(true);
+  pg.finish();
 }
 
 ModelSource Session::run() {

@@ -21,6 +21,7 @@
 #include "checkpoint_files.hpp"
 #include "onnx/checker.h"
 #include "package.hpp"
+#include "progress.hpp"
 
 #ifndef MOBIUS_VERSION
 #define MOBIUS_VERSION "0.0.0"
@@ -251,43 +252,6 @@ void write_file_synced(const fs::path& p, const std::string& bytes, int flags = 
   f.sync();
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char s[32];
-  std::snprintf(s, sizeof(s), u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return s;
-}
-
-// One line, redrawn in place: bar, bytes, throughput, ETA.
-void draw_progress(uint64_t done, uint64_t total, double secs, bool final) {
-  const int width = 30;
-  double frac = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
-  int fill = static_cast<int>(frac * width);
-  std::string bar(static_cast<size_t>(fill), '#');
-  bar.resize(width, '.');
-  double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-  std::string eta = "--";
-  if (final) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.1fs", secs);
-    eta = b;
-  } else if (rate > 0) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "ETA %.0fs", static_cast<double>(total - done) / rate);
-    eta = b;
-  }
-  std::fprintf(stderr, "\rweights [%s] %s / %s  %s/s  %s   ", bar.c_str(),
-               human_bytes(static_cast<double>(done)).c_str(),
-               human_bytes(static_cast<double>(total)).c_str(), human_bytes(rate).c_str(), eta.c_str());
-  if (final) std::fputc('\n', stderr);
-  std::fflush(stderr);
-}
-
 // Streams every initializer into `fd` with up to opts.threads tensors in flight. The first
 // error (or a cancellation) stops the others and is rethrown here.
 void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int fd,
@@ -324,7 +288,7 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
     while (finished < n) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      draw_progress(progress, total, secs, false);
+      draw_progress("weights", progress, total, secs, false);
     }
   }
   for (auto& t : pool) t.join();
@@ -335,7 +299,7 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
   if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
   if (opts.progress) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    draw_progress(progress, total, secs, true);
+    draw_progress("weights", progress, total, secs, true);
   }
 }
 
