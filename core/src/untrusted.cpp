@@ -10,31 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "mobius/error.hpp"
+#include "mobius/utf8.h"
 
 namespace mobius {
 
 namespace {
-
-// Length of the valid UTF-8 sequence at s[i] and its code point; 0 when the bytes there are not
-// one (a stray continuation byte, a truncated or overlong sequence, a surrogate).
-size_t utf8_at(std::string_view s, size_t i, uint32_t* cp) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char u = b(0);
-  size_t n = 0;
-  uint32_t c = 0, min = 0;
-  if (u >= 0xC2 && u <= 0xDF) n = 2, c = u & 0x1F, min = 0x80;
-  else if (u >= 0xE0 && u <= 0xEF) n = 3, c = u & 0x0F, min = 0x800;
-  else if (u >= 0xF0 && u <= 0xF4) n = 4, c = u & 0x07, min = 0x10000;
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(k) & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (b(k) & 0x3F);
-  }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-  *cp = c;
-  return n;
-}
 
 // Code points a terminal obeys or that change how the text around them reads: the C1 controls
 // (CSI, OSC, ... as UTF-8), line and paragraph separators, and the bidirectional overrides.
@@ -67,7 +47,7 @@ size_t escape_into(std::string& out, std::string_view s, bool keep_newlines, siz
       piece = static_cast<char>(u);
     } else {
       uint32_t cp = 0;
-      n = utf8_at(s, i, &cp);
+      n = mobius_utf8_at(s.data(), s.size(), i, &cp);
       if (n == 0) {
         n = 1;
         hex(piece, u);

@@ -1,5 +1,6 @@
 // config.cpp - typed config reading with key-naming errors; ArchitectureConfig (de)serialization.
 #include "mobius/sdk/config.hpp"
+#include "mobius/utf8.h"
 
 #include <climits>
 #include <cmath>
@@ -78,21 +79,9 @@ constexpr size_t kMaxShown = 120;  // bytes of a string value shown in a message
 // The length of the valid UTF-8 sequence at s[i] when it is not a C1 control (U+0080..U+009F);
 // 0 for a byte to escape.
 size_t safe_utf8_at(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char u = b(0);
-  size_t n = 0;
-  uint32_t c = 0, min = 0;
-  if (u >= 0xC2 && u <= 0xDF) n = 2, c = u & 0x1F, min = 0x80;
-  else if (u >= 0xE0 && u <= 0xEF) n = 3, c = u & 0x0F, min = 0x800;
-  else if (u >= 0xF0 && u <= 0xF4) n = 4, c = u & 0x07, min = 0x10000;
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(k) & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (b(k) & 0x3F);
-  }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF) || c <= 0x9F) return 0;
-  return n;
+  uint32_t c = 0;
+  const size_t n = mobius_utf8_at(s.data(), s.size(), i, &c);
+  return n && c > 0x9F ? n : 0;
 }
 
 std::string escaped(std::string_view s, size_t max_bytes) {
