@@ -1,19 +1,19 @@
 #!/bin/sh
 # run.sh - builds one libFuzzer target under ASan/UBSan and fuzzes it for a number of seconds.
 #
-#   fuzz/run.sh <unpickler|torch_zip|safetensors> [seconds=60]
+#   fuzz/run.sh <unpickler|torch_zip|safetensors|limits> [seconds=60]
 #
 # Seeds are (re)generated into fuzz/corpus/<target>/ (tiny, committed); inputs the fuzzer finds
 # go to $MOBIUS_FUZZ_WORK/<target>/corpus (default /tmp/mobius-fuzz), crashes to .../crashes.
 set -eu
-target=${1:?usage: fuzz/run.sh <unpickler|torch_zip|safetensors> [seconds]}
+target=${1:?usage: fuzz/run.sh <unpickler|torch_zip|safetensors|limits> [seconds]}
 seconds=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 work=${MOBIUS_FUZZ_WORK:-/tmp/mobius-fuzz}/$target
 golden=$root/tests/golden
 case $target in
-  unpickler|torch_zip|safetensors) ;;
+  unpickler|torch_zip|safetensors|limits) ;;
   *) echo "unknown target '$target'" >&2; exit 2 ;;
 esac
 mkdir -p "$work/corpus" "$work/crashes" "$work/bin"
