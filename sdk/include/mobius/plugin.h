@@ -184,7 +184,7 @@ typedef struct mobius_build_options {
   uint32_t struct_size;
   mobius_dtype dtype;                /* FLOAT, FLOAT16 or BFLOAT16: the model's weight dtype */
   const char* execution_provider;    /* always "cpu" (standard ONNX ops); kept for compatibility */
-  int32_t no_weights;                /* 1: graph only; the plan is still checked against metadata */
+  int32_t no_weights;                /* 1: graph only; no checkpoint is opened */
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
