@@ -6,6 +6,7 @@
 
 #include "context.hpp"
 #include "golden_util.hpp"
+#include "sdk_util.hpp"
 #include "mobius/build.hpp"
 #include "mobius/sdk/module_build.hpp"
 
@@ -335,24 +336,6 @@ TEST_CASE("hostile config: values quoted from config.json reach the terminal esc
   CHECK_FALSE(has_terminal_control(r.output));
 }
 
-namespace {
-
-ArchitectureConfig tiny_llama() {
-  ArchitectureConfig cfg;
-  cfg.model_type = "llama";
-  cfg.vocab_size = 160;
-  cfg.hidden_size = 64;
-  cfg.intermediate_size = 128;
-  cfg.num_hidden_layers = 2;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = 2;
-  cfg.head_dim = 16;
-  cfg.max_position_embeddings = 128;
-  return cfg;
-}
-
-}  // namespace
-
 TEST_CASE("hostile config: the SDK holds the limits and bounds without the host") {
   CHECK_THROWS_WITH_AS(parse_config_text(nested_arrays(1000000), "config.json"),
                        "[config] config.json: values nest deeper than 64 levels", mobius::sdk::Error);
@@ -371,14 +354,14 @@ TEST_CASE("hostile config: the SDK holds the limits and bounds without the host"
         "'\\x1b[2K\\xc2\\x9b" + std::string(105, 'z') + "...'");
   CHECK(quote_value("swoosh") == "'swoosh'");
   // A config assembled in code is bounded as one read from a file.
-  ArchitectureConfig cfg = tiny_llama();
+  ArchitectureConfig cfg = llama_tiny_config();
   CHECK_NOTHROW(cfg.validate());
   cfg.num_hidden_layers = 5000;
   CHECK_THROWS_WITH_AS(cfg.validate(),
                        "[config] 'num_hidden_layers' is 5000, larger than 1024, the most mobius accepts "
                        "(released models have at most about 126)",
                        mobius::sdk::Error);
-  cfg = tiny_llama();
+  cfg = llama_tiny_config();
   cfg.vocab_size = 1 << 22;
   cfg.hidden_size = 1 << 17;
   CHECK_THROWS_WITH_AS(cfg.validate(),
@@ -406,7 +389,7 @@ TEST_CASE("hostile config: a deep config.json beside an in-process build never r
   copy_case("llama-tiny", t / "ckpt");
   write_text(t / "ckpt" / "config.json",
              R"({"model_type": "llama", "text_config": {"bos_token_id": )" + nested_arrays(1000000) + "}}");
-  ArchitectureConfig cfg = tiny_llama();
+  ArchitectureConfig cfg = llama_tiny_config();
   nn::CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
     return std::make_unique<nn::DecoderLayer>(c, i);
   });

@@ -10,6 +10,7 @@
 #include "mobius/plugins.hpp"
 #include "onnx/onnx_pb.h"
 #include "golden_util.hpp"
+#include "sdk_util.hpp"
 
 using namespace mobius;
 using namespace mobius::test;
@@ -110,18 +111,7 @@ TEST_CASE("llama: tied embeddings share one initializer") {
 }
 
 TEST_CASE("llama: build_from_module builds a module assembled in C++ that matches transformers") {
-  ArchitectureConfig cfg;
-  cfg.model_type = "llama";
-  cfg.vocab_size = 160;
-  cfg.hidden_size = 64;
-  cfg.intermediate_size = 128;
-  cfg.num_hidden_layers = 2;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = 2;
-  cfg.head_dim = 16;
-  cfg.rms_norm_eps = 1e-6;
-  cfg.max_position_embeddings = 128;
-  cfg.rope.theta = 10000.0;
+  ArchitectureConfig cfg = llama_tiny_config();
   cfg.validate();
   nn::CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
     return std::make_unique<nn::DecoderLayer>(c, i);
