@@ -68,7 +68,7 @@ TEST_CASE("deepseek: the real DeepSeek-V3 config builds graph-only in seconds, c
   fs::create_directories(t / "ckpt");
   write_text(t / "ckpt" / "config.json", kDeepSeekV3Config);
   auto start = std::chrono::steady_clock::now();
-  RunResult r = build_cli(t / "ckpt", t / "out", "--no-weights");
+  RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(r.output);
   REQUIRE(r.status == 0);  // the save ran onnx's checker on the model
@@ -126,7 +126,7 @@ TEST_CASE("deepseek: the real DeepSeek-V3 config builds graph-only in seconds, c
 
 TEST_CASE("deepseek: the tiny V3 graph has a latent cache, expert banks and a Loop per MoE layer") {
   TempDir t;
-  RunResult r = build_cli(golden("deepseek-v3-tiny"), t / "out");
+  RunResult r = build_cli(golden("deepseek-v3-tiny"), t / "out", "--runtime onnxruntime");
   INFO(r.output);
   REQUIRE(r.status == 0);
   onnx::ModelProto m = load_model(t / "out" / "model.onnx");
@@ -171,7 +171,7 @@ TEST_CASE("deepseek: rope_interleave=false on de-interleaved weights gives the s
           deinterleave_rows(w, r + dr, r, dr);
         return true;
       });
-  RunResult b = build_cli(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
   INFO(b.output);
   REQUIRE(b.status == 0);
   RunResult p = parity(t / "out", "deepseek-v3-tiny");
@@ -189,7 +189,7 @@ TEST_CASE("deepseek: V2 group-limited greedy with one expert per group equals gr
     c["n_group"] = 8;
     c["topk_group"] = 3;
   });
-  RunResult b = build_cli(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
   INFO(b.output);
   REQUIRE(b.status == 0);
   onnx::ModelProto m = load_model(t / "out" / "model.onnx");
@@ -212,7 +212,7 @@ TEST_CASE("deepseek: attention_bias adds biases to q_a_proj, kv_a_proj_with_mqa 
   }
   TempDir t;
   copy_case("deepseek-v3-tiny", t / "ckpt", [](auto& c) { c["attention_bias"] = true; }, {}, zeros);
-  RunResult b = build_cli(t / "ckpt", t / "out");
+  RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
   INFO(b.output);
   REQUIRE(b.status == 0);
   RunResult p = parity(t / "out", "deepseek-v3-tiny");
@@ -274,14 +274,14 @@ TEST_CASE("deepseek: multi-token-prediction layers in the checkpoint are ignored
     TempDir t;
     auto one_mtp_layer = [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; };
     copy_case("deepseek-v3-tiny", t / "ckpt", one_mtp_layer, {}, mtp);
-    RunResult r = build_cli(t / "ckpt", t / "out");
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
     INFO(r.output);
     CHECK(r.status == 0);
   }
   {
     TempDir t;
     copy_case("deepseek-v3-tiny", t / "ckpt", {}, {}, mtp);
-    RunResult r = build_cli(t / "ckpt", t / "out");
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("checkpoint tensor 'model.layers.3.eh_proj.weight' is not used") !=

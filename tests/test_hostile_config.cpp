@@ -219,7 +219,7 @@ TEST_CASE("hostile config: multi-token-prediction layers after the decoder's are
     TempDir t;
     copy_case("deepseek-v3-tiny", t / "ckpt", [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; }, {},
               mtp_layer());
-    RunResult r = build_cli(t / "ckpt", t / "out");
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
     INFO(r.output);
     CHECK(r.status == 0);
   }

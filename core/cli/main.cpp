@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "info.hpp"
 #include "mobius/build.hpp"
 #include "mobius/hub.hpp"
 #include "mobius/plugins.hpp"
@@ -214,6 +215,7 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
   // OUT must be neither the checkpoint folder nor one holding it: refused before any work.
   mobius::check_output_folder(out, model);
   opts.source_repo = src.repo_id;
+  opts.source_revision = src.revision;
   opts.source_commit = src.commit;
   // Only the plugin whose manifest claims the config's model type runs; when none does, every
   // plugin is loaded so the error can suggest near matches.
@@ -249,7 +251,8 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
     std::snprintf(line, sizeof(line), "%zu nodes, %zu initializers, %.1f MiB of weights, %.2f s",
                   pkg.node_count(), pkg.initializer_count(),
                   static_cast<double>(pkg.weight_bytes()) / (1024.0 * 1024.0), secs);
-    std::cout << terminal_safe("built " + pkg.model_type() + " -> " + out + " (" + line + ")")
+    std::cout << terminal_safe("built " + pkg.model_type() + " for " + opts.runtime + " -> " + out +
+                               " (" + line + ")")
               << "\n";
   }
   return 0;
@@ -286,7 +289,8 @@ int main(int argc, char** argv) {
 
   std::string model, out, revision;
   mobius::BuildOptions opts;
-  CLI::App* build = app.add_subcommand("build", "Build a checkpoint into OUT/model.onnx + external data");
+  CLI::App* build = app.add_subcommand(
+      "build", "Build a checkpoint into an ONNX model folder laid out for a runtime (--runtime)");
   build->add_option("--model,-m", model,
                     "Checkpoint folder holding config.json and weights, or a Hugging Face Hub id "
                     "org/name[@REV] fetched into the huggingface_hub cache")
@@ -299,6 +303,17 @@ int main(int argc, char** argv) {
       ->type_name("OUT");
   build->add_option("--dtype", opts.dtype, "Weight dtype of the model")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
+  build->add_option("--runtime", opts.runtime,
+                    "Runtime the output folder is laid out for:\n"
+                    "  ort-genai        ONNX Runtime GenAI: model.onnx, model.onnx.data,\n"
+                    "                   genai_config.json, tokenizer files\n"
+                    "  onnxruntime      ONNX Runtime alone: model.onnx, model.onnx.data\n"
+                    "  transformers.js  onnx/model.onnx (f16: onnx/model_fp16.onnx) and\n"
+                    "                   model.onnx_data, config.json with transformers.js_config,\n"
+                    "                   tokenizer files\n"
+                    "A model type the runtime cannot run is refused with the reason.")
+      ->check(CLI::IsMember({"ort-genai", "onnxruntime", "transformers.js"}))
       ->capture_default_str();
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
@@ -328,6 +343,8 @@ int main(int argc, char** argv) {
   plugins->add_flag("--json", json, "Machine-readable output");
   add_plugin_path(plugins);
 
+  auto info = mobius::cli::add_info_command(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -339,6 +356,7 @@ int main(int argc, char** argv) {
     if (*download) return cmd_download(repo, revision, download_quiet);
     if (*list) return cmd_list(plugin_paths, json);
     if (*plugins) return cmd_plugins(plugin_paths, json);
+    if (*info->app) return info->run(std::cout);
   } catch (const mobius::Error& e) {
     // A plugin's fault (its message names the plugin) is never reported as the user's.
     bool plugin = e.kind() == mobius::ErrorKind::Plugin || e.kind() == mobius::ErrorKind::Internal;

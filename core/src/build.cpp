@@ -160,8 +160,28 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
   impl->weight_dtype = opts.dtype;
+  impl->layout = output_layout(opts.runtime, opts.dtype);
+  impl->source_repo = opts.source_repo;
+  impl->source_revision = opts.source_revision;
+  impl->source_commit = opts.source_commit;
   mobius_context& ctx = *impl->ctx;
   ctx.options.dtype = parse_dtype(opts.dtype);
+  ctx.runtime = impl->layout.runtime;
+  ctx.model_file = impl->layout.graph;
+  ctx.options.runtime = ctx.runtime.c_str();
+  ctx.options.model_file = ctx.model_file.c_str();
+  ctx.source_dir = dir;
+  if (!dir.empty() && !opts.quiet) {
+    // A runtime turns text into ids with the checkpoint's tokenizer; without one the model
+    // still builds, but the folder is not ready to use.
+    const ModelFolder folder(dir);
+    bool tokenizer = false;
+    for (const char* n : {"tokenizer.json", "tokenizer.model", "vocab.json"}) tokenizer |= folder.has(n);
+    if (!tokenizer)
+      std::cerr << "mobius: warning: " << dir.string()
+                << " has no tokenizer (tokenizer.json, tokenizer.model or vocab.json); the output "
+                   "folder will need one before a runtime can generate text\n";
+  }
   ctx.source_config = std::move(source_config);
   ctx.options.no_weights = opts.no_weights ? 1 : 0;
   ctx.quiet = opts.quiet;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -64,6 +66,12 @@ struct mobius_context {
   // The config.json text the build started from (source_config); absent for in-process builds
   // without a checkpoint folder.
   std::optional<std::string> source_config;
+  // The checkpoint folder (source_file reads from it); empty for builds without one.
+  std::filesystem::path source_dir;
+  // source_file's answers, read once each (nullopt: absent or refused).
+  std::map<std::string, std::optional<std::string>> source_files;
+  // Backing storage of options.runtime and options.model_file.
+  std::string runtime, model_file;
   // Files the plugin handed over for the runtime (add_runtime_file), in the order added; written
   // unchanged beside the model.
   std::vector<std::pair<std::string, std::string>> runtime_files;

@@ -1,12 +1,14 @@
 // host_api.cpp - the host's side of the C ABI: every entry validates its arguments, catches
 // every exception and turns it into a status plus last_error (the hourglass). Structs from a
 // plugin are read through read_abi_struct: only the bytes its struct_size declares.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <new>
 
+#include "checkpoint_files.hpp"
 #include "context.hpp"
 #include "mobius/build.hpp"
 #include "mobius/error.hpp"
@@ -692,6 +694,39 @@ const char* api_source_config(mobius_context* ctx) {
   return *ctx->source_config_ok ? ctx->source_config->c_str() : nullptr;
 }
 
+// A small file of the checkpoint folder a runtime config is made from, read once under the
+// folder's rule; JSON files only when within the config limits. Anything else: none.
+const char* api_source_file(mobius_context* ctx, const char* name) {
+  if (!ctx || !name || ctx->source_dir.empty()) return nullptr;
+  try {
+    const std::string n(name);
+    static const char* const kAllowed[] = {"generation_config.json", "tokenizer_config.json",
+                                           "special_tokens_map.json", "chat_template.jinja"};
+    if (std::find(std::begin(kAllowed), std::end(kAllowed), n) == std::end(kAllowed))
+      return nullptr;
+    auto it = ctx->source_files.find(n);
+    if (it == ctx->source_files.end()) {
+      std::optional<std::string> text;
+      try {
+        const mobius::ModelFolder folder(ctx->source_dir);
+        if (folder.has(n)) {
+          text = folder.read_text(n, (ctx->source_dir / n).string(), "checkpoint",
+                                  kConfigLimits.max_bytes);
+          if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0)
+            parse_json_limited(*text, n, kConfigLimits);
+          if (text->find('\0') != std::string::npos) text.reset();
+        }
+      } catch (const std::exception&) {
+        text.reset();  // unreadable, too large or too deep: as if absent
+      }
+      it = ctx->source_files.emplace(n, std::move(text)).first;
+    }
+    return it->second ? it->second->c_str() : nullptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 mobius_host_api make_api() {
   mobius_host_api a{};
   a.struct_size = sizeof(a);
@@ -718,6 +753,7 @@ mobius_host_api make_api() {
   a.set_error_kind = &api_set_error_kind;
   a.add_runtime_file = &api_add_runtime_file;
   a.source_config = &api_source_config;
+  a.source_file = &api_source_file;
   return a;
 }
 

@@ -7,6 +7,7 @@
 
 #include "checkpoint.hpp"
 #include "context.hpp"
+#include "layout.hpp"
 #include "mobius/build.hpp"
 
 namespace mobius {
@@ -18,6 +19,8 @@ struct ModelPackage::Impl {
   std::string plugin, plugin_version;  // who built the graph ("" for in-process builds)
   std::string plugin_path;             // its library
   std::string weight_dtype = "f32";
+  OutputLayout layout;
+  std::string source_repo, source_revision, source_commit;  // a hub model's id and commit
   std::unique_ptr<CheckpointReader> checkpoint;
   std::unique_ptr<mobius_context> ctx;
 };

@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +24,8 @@
 #include "onnx/checker.h"
 #include "package.hpp"
 #include "progress.hpp"
+#include "sha256.hpp"
+#include "untrusted.hpp"
 
 #ifndef MOBIUS_VERSION
 #define MOBIUS_VERSION "0.0.0"
@@ -35,7 +39,6 @@ namespace {
 constexpr int64_t kIrVersion = 8;     // what Debian's onnx 1.12 checker accepts
 constexpr int64_t kOpsetVersion = 17;
 constexpr uint64_t kAlign = 64;       // external data offsets are 64-byte aligned
-const char* const kDataFile = "model.onnx.data";
 const char* const kTempTag = ".mobius-tmp-";
 
 // Files a runtime needs beside the model, copied when the checkpoint has them.
@@ -161,31 +164,16 @@ std::vector<std::pair<std::string, OpenedFile>> open_runtime_files(const fs::pat
   return files;
 }
 
-// Copies the opened runtime files into dst as regular files, fsynced.
-void copy_runtime_files(const std::vector<std::pair<std::string, OpenedFile>>& files,
-                        const fs::path& dst) {
-  std::vector<char> buf(1 << 20);
-  for (const auto& [name, file] : files) {
-    Fd out(dst / name, O_WRONLY | O_CREAT | O_TRUNC);
-    for (uint64_t off = 0;;) {
-      const ssize_t n = ::pread(file.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(sys_error("cannot copy", dst / name));
-      if (n == 0) break;
-      out.write_all(buf.data(), static_cast<size_t>(n));
-      off += static_cast<uint64_t>(n);
-    }
-    out.sync();
-  }
-}
-
-// OUT may hold an earlier model (replaced) or be an empty folder; anything else is refused.
+// OUT may hold an earlier model (replaced) or be an empty folder; anything else is refused. An
+// earlier model is a folder this tool wrote (mobius_provenance.json) or one with model.onnx.
 void check_replaceable(const fs::path& target) {
   if (!fs::is_directory(target))
     throw Error("[save] " + target.string() + " exists and is not a folder");
-  if (!fs::is_empty(target) && !fs::exists(target / "model.onnx"))
+  if (!fs::is_empty(target) && !fs::exists(target / "mobius_provenance.json") &&
+      !fs::exists(target / "model.onnx"))
     throw Error("[save] " + target.string() +
-                " is a non-empty folder without model.onnx; refusing to replace it");
+                " is a non-empty folder that holds no model built by mobius "
+                "(no mobius_provenance.json or model.onnx); refusing to replace it");
 }
 
 // Moves the finished temporary folder to target: a plain rename when target is absent, else an
@@ -254,8 +242,9 @@ void write_file_synced(const fs::path& p, const std::string& bytes, int flags = 
 
 // Streams every initializer into `fd` with up to opts.threads tensors in flight. The first
 // error (or a cancellation) stops the others and is rethrown here.
-void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int fd,
-                   const std::vector<uint64_t>& offsets, uint64_t total, const SaveOptions& opts) {
+void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt,
+                   const std::vector<int>& fds, const std::vector<uint64_t>& offsets,
+                   uint64_t total, const SaveOptions& opts) {
   const auto& inits = ctx.plan.initializers();
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> progress{0};
@@ -271,7 +260,7 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
     } done{finished};
     try {
       for (size_t i = next++; i < inits.size() && !failed; i = next++)
-        ctx.plan.write(inits[i], ckpt, fd, offsets[i], stop, &progress);
+        ctx.plan.write(inits[i], ckpt, fds[i], offsets[i], stop, &progress);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu);
       if (!error) error = std::current_exception();
@@ -303,30 +292,175 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, int 
   }
 }
 
-// The files the plugin handed over for the runtime (add_runtime_file, e.g. genai_config.json),
-// written byte for byte as given and fsynced; the host does not read them.
-void write_runtime_files(const mobius_context& ctx, const fs::path& dir) {
-  for (const auto& [name, bytes] : ctx.runtime_files) {
-    fs::path p = dir / name;
-    if (fs::exists(p))
-      throw Error("[save] the plugin's runtime file " + name +
-                  " would replace the one copied from the checkpoint");
-    write_file_synced(p, bytes, O_EXCL);
-  }
+// The runtime files of the output folder, name -> bytes: the checkpoint's (copied unchanged)
+// with the plugin's (add_runtime_file) replacing a copy of the same name.
+struct RuntimeFiles {
+  std::vector<std::pair<std::string, const OpenedFile*>> copies;
+  std::vector<std::pair<std::string, std::string>> written;
+};
+
+RuntimeFiles runtime_files(const std::vector<std::pair<std::string, OpenedFile>>& opened,
+                           const mobius_context& ctx) {
+  RuntimeFiles r;
+  auto added = [&](const std::string& n) {
+    for (const auto& f : ctx.runtime_files)
+      if (f.first == n) return true;
+    return false;
+  };
+  for (const auto& [name, file] : opened)
+    if (!added(name)) r.copies.emplace_back(name, &file);
+  r.written = ctx.runtime_files;
+  return r;
 }
 
-// What built this folder: enough to reproduce it. No timestamps, so rebuilding the same input
-// gives the same files.
-void write_provenance(const ModelPackage::Impl& pkg, const fs::path& dir) {
+// Reads a whole opened file (a copied runtime file), at most `limit` bytes.
+std::string read_opened(const OpenedFile& file, const std::string& name, uint64_t limit) {
+  std::string out;
+  std::vector<char> buf(1 << 16);
+  for (uint64_t off = 0;;) {
+    const ssize_t n = ::pread(file.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(sys_error("cannot read", name));
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+    if (out.size() > limit) throw Error("[save] " + name + ": larger than " + std::to_string(limit) + " bytes");
+  }
+  return out;
+}
+
+// transformers.js reads which graph files exist from config.json: "transformers.js_config"
+// names the dtype that was built (without it a browser asks for model_quantized.onnx, and an
+// fp16-only folder does not load) and, per graph file, how many external data chunks it has.
+// The block is the host's: it describes the files the host wrote.
+void add_transformers_js_config(RuntimeFiles& files, const OutputLayout& layout,
+                                size_t chunks) {
+  std::string text;
+  bool found = false;
+  for (auto it = files.written.begin(); it != files.written.end(); ++it)
+    if (it->first == "config.json") {
+      text = it->second;
+      files.written.erase(it);
+      found = true;
+      break;
+    }
+  for (auto it = files.copies.begin(); !found && it != files.copies.end(); ++it)
+    if (it->first == "config.json") {
+      text = read_opened(*it->second, "config.json", kConfigLimits.max_bytes);
+      files.copies.erase(it);
+      found = true;
+      break;
+    }
+  if (!found)
+    throw Error("[save] transformers.js needs config.json beside the model, and the checkpoint "
+                "has none");
+  nlohmann::json cfg = parse_json_limited(text, "config.json", kConfigLimits);
+  if (!cfg.is_object()) throw Error("[save] config.json is not a JSON object");
+  const std::string file = fs::path(layout.graph).filename().string();
+  cfg["transformers.js_config"] = {{"dtype", layout.tjs_dtype},
+                                   {"use_external_data_format", {{file, chunks}}}};
+  files.written.emplace_back("config.json", cfg.dump(2) + "\n");
+}
+
+// Writes the runtime files into dir, fsynced: copies byte for byte, the others as given.
+void write_runtime_files(const RuntimeFiles& files, const fs::path& dir) {
+  std::vector<char> buf(1 << 20);
+  for (const auto& [name, file] : files.copies) {
+    Fd out(dir / name, O_WRONLY | O_CREAT | O_EXCL);
+    for (uint64_t off = 0;;) {
+      const ssize_t n = ::pread(file->fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(sys_error("cannot copy", dir / name));
+      if (n == 0) break;
+      out.write_all(buf.data(), static_cast<size_t>(n));
+      off += static_cast<uint64_t>(n);
+    }
+    out.sync();
+  }
+  for (const auto& [name, bytes] : files.written) write_file_synced(dir / name, bytes, O_EXCL);
+}
+
+// The checkpoint folder's files this build read (weights, their index, config.json) and
+// copied, in name order: what the provenance hashes.
+std::vector<std::string> source_files(const ModelPackage::Impl& pkg,
+                                      const std::vector<std::pair<std::string, OpenedFile>>& copied) {
+  std::set<std::string> names;
+  for (const auto& c : copied) names.insert(c.first);
+  if (pkg.checkpoint) {
+    std::set<std::string> weights;
+    for (const TensorMeta& t : pkg.checkpoint->tensors()) {
+      // Relative to the folder: an index may keep its shards in a subfolder.
+      const fs::path rel = t.file.lexically_relative(pkg.source_dir);
+      weights.insert(rel.empty() || *rel.begin() == ".." ? t.file.filename().string() : rel.generic_string());
+    }
+    const ModelFolder folder(pkg.source_dir);
+    // A sharded checkpoint's index: the weights came from files other than the single one.
+    for (const CheckpointFormat* fmt : {&kSafetensorsFormat, &kPytorchFormat}) {
+      const std::string ext = fs::path(fmt->single_name).extension().string();
+      for (const auto& w : weights)
+        if (w != fmt->single_name && fs::path(w).extension() == ext && folder.has(fmt->index_name)) {
+          names.insert(fmt->index_name);
+          break;
+        }
+    }
+    names.insert(weights.begin(), weights.end());
+  }
+  return {names.begin(), names.end()};
+}
+
+struct FileDigest {
+  std::string name;
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+// sha256 of each file, opened again under the folder's rule; `stop` is polled between blocks.
+std::vector<FileDigest> hash_files(const fs::path& dir, const std::vector<std::string>& names,
+                                   const std::function<bool()>& stop) {
+  std::vector<FileDigest> out;
+  if (dir.empty()) return out;
+  const ModelFolder folder(dir);
+  std::vector<char> buf(4 << 20);
+  for (const auto& name : names) {
+    OpenedFile f = folder.open(name, name, "checkpoint");
+    Sha256 h;
+    uint64_t off = 0;
+    for (;;) {
+      if (stop && stop()) return out;
+      const ssize_t n = ::pread(f.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(sys_error("cannot read", dir / name));
+      if (n == 0) break;
+      h.update(buf.data(), static_cast<size_t>(n));
+      off += static_cast<uint64_t>(n);
+    }
+    out.push_back({name, off, h.hex_digest()});
+  }
+  return out;
+}
+
+// What built this folder: enough to reproduce it and to check the checkpoint it came from. No
+// timestamps, so rebuilding the same input gives the same files.
+void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDigest>& files,
+                      const std::vector<std::string>& graphs, const fs::path& dir) {
   nlohmann::json p = {{"producer", "mobius"},
                       {"producer_version", MOBIUS_VERSION},
                       {"model_type", pkg.model_type},
                       {"plugin", pkg.plugin},
                       {"plugin_version", pkg.plugin_version},
                       {"weight_dtype", pkg.weight_dtype},
-                      {"checkpoint", pkg.checkpoint ? pkg.checkpoint->describe() : "none"},
-                      {"onnx_ir_version", kIrVersion},
-                      {"onnx_opset", kOpsetVersion}};
+                      {"runtime", pkg.layout.runtime},
+                      {"graphs", graphs},
+                      {"checkpoint", pkg.checkpoint ? pkg.checkpoint->describe() : "none"}};
+  if (!pkg.source_repo.empty()) {
+    p["source"] = {{"repo", pkg.source_repo}, {"revision", pkg.source_revision},
+                   {"commit", pkg.source_commit}};
+  }
+  nlohmann::json fl = nlohmann::json::array();
+  for (const auto& f : files) fl.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
+  p["files"] = fl;
+  p["onnx_ir_version"] = kIrVersion;
+  p["onnx_opset"] = kOpsetVersion;
   write_file_synced(dir / "mobius_provenance.json", p.dump(2) + "\n");
 }
 
@@ -337,10 +471,12 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   if (target.filename().empty()) target = target.parent_path();
   fs::path parent = target.parent_path();
   std::string name = target.filename().string();
+  const OutputLayout& layout = pkg.layout;
   // Before anything is written: the checkpoint is never replaced, nor a folder holding it, and
   // the runtime files to copy are opened (or refused) now.
   check_output_folder(target, pkg.source_dir);
-  const auto runtime_files = open_runtime_files(pkg.source_dir);
+  const auto opened = open_runtime_files(pkg.source_dir);
+  RuntimeFiles files = runtime_files(opened, *pkg.ctx);
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
@@ -351,6 +487,36 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   fs::remove_all(tmp.path(), ec);
   if (!fs::create_directory(tmp.path(), ec) || ec)
     throw Error("[save] cannot create " + tmp.path().string() + ": " + ec.message());
+  const fs::path graph_path = tmp.path() / layout.graph;
+  if (graph_path.parent_path() != tmp.path()) {
+    fs::create_directories(graph_path.parent_path(), ec);
+    if (ec) throw Error("[save] cannot create " + graph_path.parent_path().string() + ": " + ec.message());
+  }
+
+  // The checkpoint's files are hashed for the provenance while the weights stream.
+  std::atomic<bool> hash_stop{false};
+  std::vector<FileDigest> digests;
+  std::exception_ptr hash_error;
+  const std::vector<std::string> to_hash = source_files(pkg, opened);
+  std::thread hasher([&] {
+    try {
+      digests = hash_files(pkg.source_dir, to_hash, [&] {
+        return hash_stop.load() || (opts.cancelled && opts.cancelled());
+      });
+    } catch (...) {
+      hash_error = std::current_exception();
+    }
+  });
+  struct JoinHasher {
+    std::thread& t;
+    std::atomic<bool>& stop;
+    ~JoinHasher() {
+      if (t.joinable()) {
+        stop = true;
+        t.join();
+      }
+    }
+  } join_hasher{hasher, hash_stop};
 
   const mobius_context& ctx = *pkg.ctx;
   onnx::ModelProto model = ctx.model;
@@ -358,15 +524,26 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   std::unordered_map<std::string, onnx::TensorProto*> by_name;
   for (auto& t : *model.mutable_graph()->mutable_initializer()) by_name[t.name()] = &t;
 
-  // Weights: every initializer's place in the data file is fixed first (graph order, aligned),
-  // so the bytes are the same whatever the thread count; then each tensor streams into place.
+  // Weights: every initializer's file and place in it is fixed first (graph order, aligned, a
+  // new chunk when the layout's chunk size would be passed), so the bytes are the same whatever
+  // the thread count; then each tensor streams into place.
+  size_t chunks = 1;
   {
     const auto& inits = ctx.plan.initializers();
     std::vector<uint64_t> offsets(inits.size());
+    std::vector<size_t> chunk_of(inits.size());
+    std::vector<uint64_t> chunk_size{0};
     uint64_t total = 0;
     for (size_t i = 0; i < inits.size(); ++i) {
-      total += (kAlign - total % kAlign) % kAlign;
-      offsets[i] = total;
+      uint64_t& used = chunk_size.back();
+      uint64_t at = used + (kAlign - used % kAlign) % kAlign;
+      if (layout.chunk_bytes && used > 0 && at + inits[i].nbytes() > layout.chunk_bytes) {
+        chunk_size.push_back(0);
+        at = 0;
+      }
+      offsets[i] = at;
+      chunk_of[i] = chunk_size.size() - 1;
+      chunk_size.back() = at + inits[i].nbytes();
       total += inits[i].nbytes();
       onnx::TensorProto* t = by_name.at(inits[i].name);
       t->set_data_location(onnx::TensorProto::EXTERNAL);
@@ -376,32 +553,42 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
         e->set_key(k);
         e->set_value(v);
       };
-      add("location", kDataFile);
+      // The location is relative to the graph file: the data files lie beside it.
+      add("location", fs::path(layout.data_file(chunk_of[i])).filename().string());
       add("offset", std::to_string(offsets[i]));
       add("length", std::to_string(inits[i].nbytes()));
     }
-    Fd data(tmp.path() / kDataFile, O_RDWR | O_CREAT | O_TRUNC);
-    // The gaps are zeros; a graph-only build is all gaps (a sparse file, no disk blocks).
-    data.truncate(total);
-    if (!ctx.options.no_weights) write_weights(ctx, pkg.checkpoint.get(), data.get(), offsets, total, opts);
-    data.sync();
+    chunks = chunk_size.size();
+    std::vector<std::unique_ptr<Fd>> data;
+    for (size_t c = 0; c < chunks; ++c) {
+      data.push_back(std::make_unique<Fd>(tmp.path() / layout.data_file(c), O_RDWR | O_CREAT | O_TRUNC));
+      // The gaps are zeros; a graph-only build is all gaps (a sparse file, no disk blocks).
+      data.back()->truncate(chunk_size[c]);
+    }
+    std::vector<int> fds(inits.size());
+    for (size_t i = 0; i < inits.size(); ++i) fds[i] = data[chunk_of[i]]->get();
+    if (!ctx.options.no_weights) write_weights(ctx, pkg.checkpoint.get(), fds, offsets, total, opts);
+    for (auto& d : data) d->sync();
   }
   {
-    fs::path mp = tmp.path() / "model.onnx";
     std::string bytes;
     if (!model.SerializeToString(&bytes)) throw Error("[save] cannot serialize the model");
-    Fd f(mp, O_WRONLY | O_CREAT | O_TRUNC);
+    Fd f(graph_path, O_WRONLY | O_CREAT | O_TRUNC);
     f.write_all(bytes.data(), bytes.size());
     f.sync();
     try {
-      onnx::checker::check_model(mp.string());
+      onnx::checker::check_model(graph_path.string());
     } catch (const std::exception& e) {
       throw Error(std::string("[onnx] the checker rejected the model: ") + e.what());
     }
   }
-  copy_runtime_files(runtime_files, tmp.path());
-  write_runtime_files(ctx, tmp.path());
-  write_provenance(pkg, tmp.path());
+  if (layout.runtime == kRuntimeTransformersJs) add_transformers_js_config(files, layout, chunks);
+  write_runtime_files(files, tmp.path());
+  hasher.join();
+  if (hash_error) std::rethrow_exception(hash_error);
+  if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
+  write_provenance(pkg, digests, {layout.graph}, tmp.path());
+  fsync_dir(graph_path.parent_path());
   fsync_dir(tmp.path());
 
   put_in_place(tmp.path(), target);

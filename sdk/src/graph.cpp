@@ -131,6 +131,13 @@ void Graph::output(Value v, const std::string& name) {
   }
   AbiTensorType t(type);
   check(ctx_->host()->add_output(handle_, name.c_str(), &t.abi), "output '" + name + "'");
+  outputs_.emplace(name, type);
+}
+
+std::optional<TensorType> Graph::output_type(const std::string& name) const {
+  auto it = outputs_.find(name);
+  if (it == outputs_.end()) return std::nullopt;
+  return it->second;
 }
 
 Value Graph::initializer(const std::string& name, const TensorType& type) {
@@ -349,6 +356,27 @@ std::optional<std::string> BuildContext::source_config() const {
   const char* text = host_->source_config(ctx_);
   if (!text) return std::nullopt;
   return std::string(text);
+}
+
+std::optional<std::string> BuildContext::source_file(const std::string& name) const {
+  if (!MOBIUS_HAS_FIELD(host_, mobius_host_api, source_file) || !host_->source_file)
+    return std::nullopt;
+  const char* text = host_->source_file(ctx_, name.c_str());
+  if (!text) return std::nullopt;
+  return std::string(text);
+}
+
+std::string BuildContext::runtime() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, runtime) && o->runtime) return o->runtime;
+  return "ort-genai";
+}
+
+std::string BuildContext::model_file() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, model_file) && o->model_file)
+    return o->model_file;
+  return "model.onnx";
 }
 
 DType BuildContext::weight_dtype() const {

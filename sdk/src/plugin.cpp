@@ -1,5 +1,5 @@
 // plugin.cpp - the C callbacks behind PluginRegistrar::add: exceptions become a status, an error
-// kind and a message; and the text-generation task's runtime files.
+// kind and a message. The text-generation task's runtime files are in runtime_files.cpp.
 #include "mobius/sdk/plugin.hpp"
 
 #include <deque>
@@ -133,94 +133,6 @@ void report_current_exception(const mobius_host_api* host, mobius_context* ctx,
   } catch (...) {
     // Out of memory while reporting: the status alone says the callback failed.
   }
-}
-
-void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
-                               const nlohmann::json& cfg) {
-  if (!ctx.host_has_runtime_files()) return;  // hosts older than this slot wrote it themselves
-  if (!cfg.is_object() || !cfg.contains("num_hidden_layers")) return;
-  const Graph& g = ctx.graph();
-  int64_t layers = cfg.value("num_hidden_layers", int64_t{0});
-  for (int64_t i = 0; i < layers; ++i)
-    if (!g.input_type("past_key_values." + std::to_string(i) + ".key") ||
-        !g.input_type("past_key_values." + std::to_string(i) + ".value"))
-      return;
-  if (layers == 0 || !g.input_type("input_ids")) return;
-  const TensorType key = *g.input_type("past_key_values.0.key");
-  if (!key.rank_known || key.dims.size() != 4) return;
-  auto dim_value = [&](size_t i) -> int64_t {
-    return key.dims[i].is_static() ? key.dims[i].size : 0;
-  };
-  // Token ids from config.json: text_config's first (a composite model's), then the top
-  // level's. Parsed within the config limits, and only a number or a flat list of numbers is
-  // taken: nothing deep or large reaches the file written here.
-  nlohmann::json src = nlohmann::json::object();
-  try {
-    if (std::optional<std::string> text = ctx.source_config())
-      src = parse_config_text(*text, "config.json");
-  } catch (const std::exception&) {
-    src = nlohmann::json::object();
-  }
-  if (!src.is_object()) src = nlohmann::json::object();
-  const nlohmann::json* text_cfg = nullptr;
-  if (auto it = src.find("text_config"); it != src.end() && it->is_object()) text_cfg = &*it;
-  auto token_id = [](const nlohmann::json& v) {
-    if (v.is_number()) return true;
-    if (!v.is_array() || v.empty() || v.size() > 1024) return false;
-    for (const auto& e : v)
-      if (!e.is_number()) return false;
-    return true;
-  };
-  auto token = [&](const char* k, nlohmann::json def) {
-    for (const nlohmann::json* j : {text_cfg, static_cast<const nlohmann::json*>(&src)}) {
-      if (!j) continue;
-      auto it = j->find(k);
-      if (it == j->end()) continue;
-      return !it->is_null() && token_id(*it) ? *it : def;
-    }
-    return def;
-  };
-  int64_t context = cfg.value("max_position_embeddings", int64_t{4096});
-  nlohmann::json decoder = {
-      {"filename", "model.onnx"},
-      {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", nlohmann::json::array()}}},
-      {"head_size", dim_value(3)},
-      {"hidden_size", cfg.value("hidden_size", int64_t{0})},
-      {"num_attention_heads", cfg.value("num_attention_heads", int64_t{0})},
-      {"num_key_value_heads", dim_value(1)},
-      {"num_hidden_layers", layers},
-      {"inputs",
-       {{"input_ids", "input_ids"},
-        {"attention_mask", "attention_mask"},
-        {"position_ids", "position_ids"},
-        {"past_key_names", "past_key_values.%d.key"},
-        {"past_value_names", "past_key_values.%d.value"}}},
-      {"outputs",
-       {{"logits", "logits"},
-        {"present_key_names", "present.%d.key"},
-        {"present_value_names", "present.%d.value"}}}};
-  nlohmann::json genai = {
-      {"model",
-       {{"type", model_type},
-        {"context_length", context},
-        {"vocab_size", cfg.value("vocab_size", int64_t{0})},
-        {"bos_token_id", token("bos_token_id", 1)},
-        {"eos_token_id", token("eos_token_id", 2)},
-        {"pad_token_id", token("pad_token_id", token("eos_token_id", 0))},
-        {"decoder", decoder}}},
-      {"search",
-       {{"do_sample", false},
-        {"early_stopping", true},
-        {"max_length", context},
-        {"min_length", 0},
-        {"num_beams", 1},
-        {"num_return_sequences", 1},
-        {"past_present_share_buffer", false},
-        {"repetition_penalty", 1.0},
-        {"temperature", 1.0},
-        {"top_k", 1},
-        {"top_p", 1.0}}}};
-  ctx.add_runtime_file("genai_config.json", genai.dump(2) + "\n");
 }
 
 }  // namespace detail

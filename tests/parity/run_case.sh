@@ -36,12 +36,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-parity.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 case $dtype in
-  f32) build_args=(); tolerance=() ;;
+  f32) build_args=(--runtime onnxruntime); tolerance=() ;;
   # Looser tolerance for f16 weights: each weight rounds to 11 significant bits (relative error up
   # to 2^-11, about 5e-4), and those errors add up over the matmuls of every layer; the norms and
   # softmax still run in float32, so the error stays at this level instead of growing. The case's
   # own tolerance wins where it is already looser.
-  f16) build_args=(--dtype f16); tolerance=(--atol 2e-2 --rtol 2e-2) ;;
+  f16) build_args=(--runtime onnxruntime --dtype f16); tolerance=(--atol 2e-2 --rtol 2e-2) ;;
   *) echo "run_case: unknown dtype '$dtype'; $usage" >&2; exit 2 ;;
 esac
 

@@ -18,9 +18,14 @@ struct BuildOptions {
   std::string dtype = "f32";  // weight dtype: f32 | f16 | bf16
   bool no_weights = false;    // build the graph only (no checkpoint needed)
   bool quiet = false;
+  // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,
+  // genai_config.json), "onnxruntime" (the graph and its weights only) or "transformers.js"
+  // (onnx/model<suffix>.onnx, config.json with transformers.js_config).
+  std::string runtime = "ort-genai";
   // Provenance of a checkpoint fetched from the Hugging Face Hub (mobius/hub.hpp's
   // ModelSource): "org/name" and the commit; empty for a local folder.
   std::string source_repo;
+  std::string source_revision;
   std::string source_commit;
 };
 
@@ -40,8 +45,10 @@ class ModelPackage {
   ModelPackage& operator=(ModelPackage&&) noexcept;
   ~ModelPackage();
 
-  // Writes OUT/model.onnx, OUT/model.onnx.data and the runtime files transactionally: into a
-  // temporary folder beside OUT, checked, then renamed into place. On failure OUT is as it was.
+  // Writes the graph, its external data and the runtime files, laid out for the build's runtime
+  // (OUT/model.onnx + model.onnx.data, or OUT/onnx/model.onnx + model.onnx_data), and
+  // mobius_provenance.json, transactionally: into a temporary folder beside OUT, checked, then
+  // renamed into place. On failure OUT is as it was.
   // An OUT that is the checkpoint folder or contains it is refused first (check_output_folder).
   void save(const std::filesystem::path& out, const SaveOptions& opts = {}) const;
 

@@ -185,6 +185,15 @@ typedef struct mobius_build_options {
   mobius_dtype dtype;                /* FLOAT, FLOAT16 or BFLOAT16: the model's weight dtype */
   const char* execution_provider;    /* always "cpu" (standard ONNX ops); kept for compatibility */
   int32_t no_weights;                /* 1: graph only; no checkpoint is opened */
+  /* --- appended after version 1: check MOBIUS_HAS_FIELD(opts, mobius_build_options, field) --- */
+  /* The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI; the
+   * default), "onnxruntime" (ONNX Runtime alone: the graph and its weights) or "transformers.js".
+   * A plugin names its graph's inputs and outputs as that runtime feeds them and refuses, with
+   * a reason, a model the runtime cannot run. Absent: "ort-genai". */
+  const char* runtime;
+  /* Where the graph is written, relative to the output folder (e.g. "model.onnx",
+   * "onnx/model_fp16.onnx"): what a runtime config file names. Absent: "model.onnx". */
+  const char* model_file;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
@@ -281,14 +290,22 @@ typedef struct mobius_host_api {
   void (*set_error_kind)(mobius_context* ctx, mobius_error_kind kind, const char* message);
   /* A file the runtime needs beside the model (e.g. "genai_config.json"): `name` is a bare
    * file name (letters, digits, '.', '_', '-'; not starting with '.'), the bytes (at most
-   * 64 MiB) are copied and written unchanged beside model.onnx when it is saved. A name already
-   * added in this build, or one the host writes itself (model.onnx, model.onnx.data,
-   * mobius_provenance.json), is an error. */
+   * 64 MiB) are copied and written unchanged at the root of the output folder when it is
+   * saved. A file of the checkpoint the host would copy there (config.json,
+   * tokenizer_config.json, ...) is replaced by the one added. A name already added in this
+   * build, or one the host writes itself (the graph and its data, mobius_provenance.json), is an
+   * error. */
   mobius_status (*add_runtime_file)(mobius_context* ctx, const char* name, const void* data,
                                     size_t size);
   /* The text of the config.json this build started from, unchanged (NUL-terminated, owned by
    * the host, valid during the build); NULL when the build has none. */
   const char* (*source_config)(mobius_context* ctx);
+  /* The text of a small file of the checkpoint folder that describes the model for a runtime
+   * (generation_config.json, tokenizer_config.json, special_tokens_map.json), unchanged,
+   * NUL-terminated, owned by the host and valid during the build; NULL when the folder has no
+   * such file, the build has no folder, or the name is not one of those. The host reads it
+   * under the checkpoint folder's file rules and size limits. */
+  const char* (*source_file)(mobius_context* ctx, const char* name);
 } mobius_host_api;
 #define MOBIUS_HOST_API_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_host_api, query_tensor)
 

@@ -35,6 +35,12 @@ class BuildContext {
   DType weight_dtype() const;
   std::string execution_provider() const;
   bool no_weights() const;
+  // The runtime the output folder is laid out for ("ort-genai", "onnxruntime",
+  // "transformers.js"); "ort-genai" from a host that predates the option.
+  std::string runtime() const;
+  // The graph file the host writes, relative to the output folder ("model.onnx",
+  // "onnx/model_fp16.onnx").
+  std::string model_file() const;
 
   Graph& graph() { return *main_; }
 
@@ -59,6 +65,10 @@ class BuildContext {
   // The config.json text this build started from; nullopt when there is none or the host is
   // too old to say.
   std::optional<std::string> source_config() const;
+  // The text of a small runtime file of the checkpoint folder (generation_config.json,
+  // tokenizer_config.json, special_tokens_map.json, chat_template.jinja); nullopt when absent,
+  // refused by the host's limits, or the host is too old to say.
+  std::optional<std::string> source_file(const std::string& name) const;
 
   void log(int level, const std::string& msg) const;
   // Throws mobius::Error with the host's message when st != MOBIUS_OK.

@@ -138,6 +138,8 @@ class Graph {
   // The type of graph input `name`; nullopt when the graph has no such input.
   std::optional<TensorType> input_type(const std::string& name) const;
   void output(Value v, const std::string& name);
+  // The type of graph output `name`; nullopt when the graph has no such output.
+  std::optional<TensorType> output_type(const std::string& name) const;
   // A weight whose bytes come from the weight plan. Declaring the same name twice returns
   // the first declaration (and checks that the type agrees).
   Value initializer(const std::string& name, const TensorType& type);
@@ -181,6 +183,7 @@ class Graph {
   std::unordered_map<std::string, uint32_t> by_name_;
   std::unordered_map<std::string, uint32_t> initializers_;
   std::unordered_map<std::string, uint32_t> inputs_;
+  std::unordered_map<std::string, TensorType> outputs_;
   std::unordered_map<std::string, uint32_t> constants_;  // dtype+shape+bytes -> value
   std::vector<std::string> scopes_;
   std::unordered_map<std::string, int> name_counts_;

@@ -64,10 +64,13 @@ mobius_status run_guarded(const mobius_host_api* host, mobius_context* ctx,
   return MOBIUS_ERROR;
 }
 
-// The text-generation task's runtime files: genai_config.json for onnxruntime-genai, when the
-// graph has the plain key/value cache it describes (hybrid or latent caches have no such
-// description, so none is added). Handed to the host with add_runtime_file; nothing is added
-// on a host too old to take runtime files.
+// The text-generation task's runtime files for the build's runtime, handed to the host with
+// add_runtime_file (nothing on a host too old to take them):
+// - ort-genai: genai_config.json (genai_config.hpp), and tokenizer_config.json when GenAI needs
+//   it adapted (the chat template of chat_template.jinja merged in, a usable model_max_length).
+//   A model GenAI cannot run is refused with the reason (mobius::Error, config kind).
+// - transformers.js: tokenizer_config.json when its model_max_length is unusable.
+// - onnxruntime: nothing.
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
                                const nlohmann::json& normalized_config);
 }  // namespace detail

@@ -1,0 +1,54 @@
+// layout.cpp - the file names each runtime looks for.
+#include "layout.hpp"
+
+#include "mobius/error.hpp"
+
+namespace mobius {
+
+std::vector<std::string> runtimes() { return {kRuntimeGenai, kRuntimeOrt, kRuntimeTransformersJs}; }
+
+std::string OutputLayout::data_file(size_t i) const {
+  return i == 0 ? data : data + "_" + std::to_string(i);
+}
+
+bool OutputLayout::host_file(const std::string& name) const {
+  if (name == graph || name == "mobius_provenance.json") return true;
+  return name.rfind(data, 0) == 0;  // the data file and its chunks
+}
+
+OutputLayout output_layout(const std::string& runtime, const std::string& dtype) {
+  OutputLayout l;
+  l.runtime = runtime;
+  if (runtime == kRuntimeGenai || runtime == kRuntimeOrt) {
+    // ONNX Runtime and GenAI: one graph at the root, its weights beside it in one file, as
+    // GenAI's own model builder writes them.
+    l.graph = "model.onnx";
+    l.data = "model.onnx.data";
+    return l;
+  }
+  if (runtime == kRuntimeTransformersJs) {
+    // transformers.js loads onnx/<name><suffix>.onnx, the suffix naming the dtype, and its
+    // external data as <file>_data, <file>_data_1, ... (utils/model-loader.js); a browser holds
+    // each chunk in one ArrayBuffer, so chunks stay below 2 GiB.
+    std::string suffix;
+    if (dtype == "f32") {
+      l.tjs_dtype = "fp32";
+    } else if (dtype == "f16") {
+      l.tjs_dtype = "fp16";
+      suffix = "_fp16";
+    } else {
+      throw Error("[options] transformers.js has no " + dtype +
+                      " model files (it loads fp32, fp16 and quantized graphs); use --dtype f32 or "
+                      "--dtype f16");
+    }
+    l.graph = "onnx/model" + suffix + ".onnx";
+    l.data = l.graph + "_data";
+    l.chunk_bytes = 2000000000ull;
+    return l;
+  }
+  std::string known;
+  for (const auto& r : runtimes()) known += (known.empty() ? "" : ", ") + r;
+  throw Error("[options] unknown runtime '" + runtime + "' (expected " + known + ")");
+}
+
+}  // namespace mobius

@@ -1,0 +1,146 @@
+// runtime_files.cpp - the text-generation task's runtime files (plugin.hpp,
+// add_text_generation_files): what a runtime reads beside the graph, made from the graph's
+// inputs and outputs and from the checkpoint's small config files.
+#include <cmath>
+#include <string>
+
+#include "genai_config.hpp"
+#include "mobius/sdk/config.hpp"
+#include "mobius/sdk/error.hpp"
+#include "mobius/sdk/plugin.hpp"
+
+namespace mobius {
+namespace detail {
+namespace {
+
+// A JSON file of the checkpoint folder, parsed within the config limits; null when absent or
+// not a JSON object.
+nlohmann::json source_json(BuildContext& ctx, const std::string& name) {
+  std::optional<std::string> text =
+      name == "config.json" ? ctx.source_config() : ctx.source_file(name);
+  if (!text) return nullptr;
+  try {
+    nlohmann::json j = parse_config_text(*text, name);
+    return j.is_object() ? j : nlohmann::json(nullptr);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+int64_t int_of(const nlohmann::json& cfg, const char* key, int64_t def = 0) {
+  auto it = cfg.find(key);
+  return it != cfg.end() && it->is_number_integer() ? it->get<int64_t>() : def;
+}
+
+// What genai_config.json says about the built graph (genai_config.hpp's GenaiFacts).
+GenaiFacts genai_facts(BuildContext& ctx, const std::string& model_type, const nlohmann::json& cfg) {
+  const Graph& g = ctx.graph();
+  GenaiFacts f;
+  f.model_type = model_type;
+  f.filename = ctx.model_file();
+  f.config = source_json(ctx, "config.json");
+  f.generation_config = source_json(ctx, "generation_config.json");
+  if (f.config.is_object())
+    if (auto it = f.config.find("architectures"); it != f.config.end() && it->is_array())
+      for (const auto& a : *it)
+        if (a.is_string() && f.architectures.size() < 16) f.architectures.push_back(a.get<std::string>());
+  f.hidden_size = int_of(cfg, "hidden_size");
+  f.num_attention_heads = int_of(cfg, "num_attention_heads");
+  f.num_hidden_layers = int_of(cfg, "num_hidden_layers");
+  f.vocab_size = int_of(cfg, "vocab_size");
+  f.context_length = int_of(cfg, "max_position_embeddings", 4096);
+  auto has_input = [&](const std::string& n) { return g.input_type(n).has_value(); };
+  f.input_ids = has_input("input_ids") ? "input_ids" : "";
+  f.inputs_embeds = has_input("inputs_embeds") ? "inputs_embeds" : "";
+  f.attention_mask = has_input("attention_mask") ? "attention_mask" : "";
+  f.position_ids = has_input("position_ids") ? "position_ids" : "";
+  f.logits = g.output_type("logits") ? "logits" : "";
+  bool sized = false;
+  for (int64_t i = 0; i < f.num_hidden_layers; ++i) {
+    const std::string past = "past_key_values." + std::to_string(i) + ".";
+    std::vector<std::string> kinds;
+    for (const std::string& k : genai_known_cache_kinds()) {
+      std::optional<TensorType> t = g.input_type(past + k);
+      if (!t) continue;
+      kinds.push_back(k);
+      if (k == "key" && !sized && t->rank_known && t->dims.size() == 4) {
+        // The first attention layer's past key: [batch, kv_heads, past, head_size].
+        f.num_key_value_heads = t->dims[1].is_static() ? t->dims[1].size : 0;
+        f.head_size = t->dims[3].is_static() ? t->dims[3].size : 0;
+        sized = true;
+      }
+      if ((k == "conv_state" || k == "recurrent_state") && t->rank_known)
+        for (size_t d = 1; d < t->dims.size(); ++d) f.state_dims_static &= t->dims[d].is_static();
+    }
+    f.cache_kinds.push_back(std::move(kinds));
+  }
+  return f;
+}
+
+// tokenizer_config.json as the runtime should read it, or nullopt when the copy serves as is.
+// GenAI's tokenizer takes the chat template from tokenizer_config.json only; transformers
+// releases since 4.43 write it to chat_template.jinja instead. A model_max_length beyond what a
+// double holds exactly (transformers writes int(1e30) for "no limit") becomes the context length.
+std::optional<std::string> adapted_tokenizer_config(BuildContext& ctx, bool merge_template,
+                                                    int64_t context_length) {
+  std::optional<std::string> text = ctx.source_file("tokenizer_config.json");
+  if (!text) return std::nullopt;
+  nlohmann::ordered_json tc;
+  try {
+    parse_config_text(*text, "tokenizer_config.json");  // the limits, before the ordered parse
+    tc = nlohmann::ordered_json::parse(*text);
+  } catch (const std::exception&) {
+    return std::nullopt;  // the copy goes as it is; the runtime reports what it cannot read
+  }
+  if (!tc.is_object()) return std::nullopt;
+  bool changed = false;
+  if (merge_template && !tc.contains("chat_template")) {
+    if (std::optional<std::string> tmpl = ctx.source_file("chat_template.jinja")) {
+      tc["chat_template"] = *tmpl;
+      changed = true;
+    }
+  }
+  if (auto it = tc.find("model_max_length"); it != tc.end() && context_length > 0) {
+    const bool usable = it->is_number_integer()
+                            ? (it->is_number_unsigned() ? it->get<uint64_t>() <= (1ull << 53)
+                                                        : it->get<int64_t>() > 0 &&
+                                                              it->get<int64_t>() <= (1ll << 53))
+                            : false;
+    if (!usable) {
+      *it = context_length;
+      changed = true;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return tc.dump(2) + "\n";
+}
+
+}  // namespace
+
+void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
+                               const nlohmann::json& cfg) {
+  if (!ctx.host_has_runtime_files() || !cfg.is_object()) return;
+  const std::string runtime = ctx.runtime();
+  const int64_t context = int_of(cfg, "max_position_embeddings", 0);
+  if (runtime == "ort-genai") {
+    nlohmann::json genai;
+    try {
+      genai = make_genai_config(genai_facts(ctx, model_type, cfg));
+    } catch (const Error& e) {
+      if (e.kind() != MOBIUS_ERROR_KIND_CONFIG) throw;
+      throw Error(MOBIUS_ERROR_KIND_CONFIG,
+                  std::string(e.what()) +
+                      " (--runtime onnxruntime builds the graph for ONNX Runtime alone; "
+                      "--runtime transformers.js lays it out for transformers.js)");
+    }
+    ctx.add_runtime_file("genai_config.json", genai.dump(2) + "\n");
+    if (auto tc = adapted_tokenizer_config(ctx, true, context))
+      ctx.add_runtime_file("tokenizer_config.json", *tc);
+  } else if (runtime == "transformers.js") {
+    if (auto tc = adapted_tokenizer_config(ctx, false, context))
+      ctx.add_runtime_file("tokenizer_config.json", *tc);
+  }
+}
+
+}  // namespace detail
+}  // namespace mobius

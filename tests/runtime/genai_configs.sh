@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# genai_configs.sh - every golden case mobius builds gets a genai_config.json that onnxruntime-genai's
+# parser accepts (tests/runtime/genai_schema.json, checked by validate_genai.mjs --genai-checks),
+# with the GenAI model type expected for it; and variants of llama-tiny check the token ids and the
+# search section taken from config.json and generation_config.json.
+#
+#   MOBIUS_CLI=build/mobius [MOBIUS_SOURCE_ROOT=.] bash tests/runtime/genai_configs.sh
+#
+# Environment as for the parity tests (tests/parity/meson.build): MOBIUS_CLI (required),
+# MOBIUS_SOURCE_ROOT (default: this script's ../..), MOBIUS_PLUGIN_PATH / MOBIUS_PLUGIN_CACHE
+# passed through to the CLI. Exit 0 all passed, 1 a check failed, 77 (skip) without MOBIUS_CLI
+# or node. Last line: "genai configs: P passed, F failed".
+set -u
+
+root=${MOBIUS_SOURCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+cli=${MOBIUS_CLI:-}
+if [[ -z "$cli" || ! -x "$cli" ]]; then
+  echo "genai configs: MOBIUS_CLI is not set to the mobius executable; skipped" >&2
+  exit 77
+fi
+if ! command -v node >/dev/null; then
+  echo "genai configs: node not found; skipped" >&2
+  exit 77
+fi
+schema=$root/tests/runtime/genai_schema.json
+validator=$root/tests/runtime/validate_genai.mjs
+golden=$root/tests/golden
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-genai-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# Plugin probe results stay in the temp folder unless the caller says where.
+export MOBIUS_PLUGIN_CACHE=${MOBIUS_PLUGIN_CACHE:-$work/plugin-scan.json}
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok   $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL $*"; }
+
+# Cases that do not build yet (tests/golden/README.md), and DeepSeek, whose latent cache GenAI
+# cannot run (its build refuses genai_config.json with a reason).
+skip_re='^(deepseek-.*|phi3-longrope|mixtral-tiny|qwen3-moe-tiny|gpt-oss-tiny|qwen3-fp8|deepseek-v3-fp8)$'
+
+# The GenAI model type each case must get (genai_config.cpp, genai_model_type).
+expected_type() {
+  case "$1" in
+    llama-tiny | llama3-rope-tied) echo llama ;;
+    mistral-sliding) echo mistral ;;
+    qwen2-bias) echo qwen2 ;;
+    qwen3-qknorm) echo qwen3 ;;
+    granite-multipliers) echo granite ;;
+    olmo2-postnorm) echo olmo ;;
+    gemma-tiny) echo gemma ;;
+    gemma2-softcap-sliding) echo gemma2 ;;
+    gemma3-text-tiny) echo gemma3_text ;;
+    qwen35-*) echo qwen3_5_text ;;
+    *) echo "" ;;
+  esac
+}
+
+# build NAME CKPT: builds CKPT into $work/NAME; prints the CLI's errors on failure.
+build() {
+  local out=$work/$1
+  if ! "$cli" build -q --no-weights -m "$2" "$out" >"$work/$1.log" 2>&1; then
+    fail "$1: mobius build failed: $(tail -n 3 "$work/$1.log" | tr '\n' ' ')"
+    return 1
+  fi
+  if [[ ! -f "$out/genai_config.json" ]]; then
+    fail "$1: the build wrote no genai_config.json"
+    return 1
+  fi
+  return 0
+}
+
+# validate NAME: the schema and GenAI's own checks.
+validate() {
+  local f=$work/$1/genai_config.json
+  if node "$validator" --genai-checks "$schema" "$f" >"$work/$1.validate" 2>&1; then
+    pass "$1: genai_config.json validates"
+  else
+    fail "$1: $(grep -v '^validate_genai:' "$work/$1.validate" | sed "s|$work/||" | tr '\n' ' ')"
+  fi
+}
+
+# check NAME WHAT JS: JS is an expression over `c` (the parsed genai_config.json) that must be true.
+check() {
+  local f=$work/$1/genai_config.json
+  [[ -f "$f" ]] || return 0  # already reported
+  if node -e '
+    const c = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const ok = (function () { return eval(process.argv[2]); })();
+    if (!ok) { console.error("got model=" + JSON.stringify({type: c.model.type, bos: c.model.bos_token_id, eos: c.model.eos_token_id, pad: c.model.pad_token_id}) + " search=" + JSON.stringify(c.search)); process.exit(1); }
+  ' "$f" "$3" 2>"$work/$1.check"; then
+    pass "$1: $2"
+  else
+    fail "$1: $2 ($3): $(cat "$work/$1.check")"
+  fi
+}
+
+# --- every golden case that builds ----------------------------------------------------------------
+for dir in "$golden"/*/; do
+  name=$(basename "$dir")
+  [[ -f "$dir/case.json" ]] || continue
+  [[ "$name" =~ $skip_re ]] && continue
+  build "$name" "$dir" || continue
+  validate "$name"
+  t=$(expected_type "$name")
+  [[ -n "$t" ]] && check "$name" "model.type is $t" "c.model.type === '$t'"
+  check "$name" "pad_token_id is one number" "Number.isInteger(c.model.pad_token_id)"
+done
+
+# --- llama-tiny variants ----------------------------------------------------------------------------
+# variant NAME NODE_JS: a copy of llama-tiny whose files NODE_JS edits (cwd = the copy; `cfg` is
+# config.json, written back; `write(name, obj)` writes another JSON file).
+variant() {
+  local ckpt=$work/ckpt-$1
+  mkdir -p "$ckpt"
+  cp "$golden/llama-tiny/config.json" "$golden/llama-tiny/model.safetensors" "$ckpt/"
+  (cd "$ckpt" && node -e '
+    const fs = require("fs");
+    const cfg = JSON.parse(fs.readFileSync("config.json", "utf8"));
+    const write = (n, o) => fs.writeFileSync(n, JSON.stringify(o, null, 2));
+    eval(process.argv[1]);
+    write("config.json", cfg);
+  ' "$2") || { fail "$1: could not make the checkpoint"; return 1; }
+  build "$1" "$ckpt"
+}
+
+# Llama-3-instruct style: a list of eos ids and no pad (vocab_size large enough to hold them: a
+# --no-weights build opens no weights, so the checkpoint's smaller tensors do not matter).
+if variant llama-eos-list 'cfg.vocab_size = 128256; cfg.bos_token_id = 128000; cfg.eos_token_id = [128001, 128008, 128009]; delete cfg.pad_token_id;'; then
+  validate llama-eos-list
+  check llama-eos-list "eos list kept" "JSON.stringify(c.model.eos_token_id) === '[128001,128008,128009]'"
+  check llama-eos-list "pad is a scalar, the first eos" "c.model.pad_token_id === 128001"
+fi
+
+# generation_config.json sampling without top_k: transformers' top_k 50, never 1.
+if variant llama-sampling 'write("generation_config.json", {do_sample: true, temperature: 0.6, top_p: 0.9, bos_token_id: 1, eos_token_id: 2});'; then
+  validate llama-sampling
+  check llama-sampling "do_sample from generation_config.json" "c.search.do_sample === true"
+  check llama-sampling "temperature 0.6" "Math.abs(c.search.temperature - 0.6) < 1e-9"
+  check llama-sampling "top_p 0.9" "Math.abs(c.search.top_p - 0.9) < 1e-9"
+  check llama-sampling "top_k 50 when unset" "c.search.top_k === 50"
+fi
+
+# generation_config.json's eos list overrides config.json's eos.
+if variant llama-gen-eos 'write("generation_config.json", {bos_token_id: 1, eos_token_id: [2, 5, 7]});'; then
+  validate llama-gen-eos
+  check llama-gen-eos "eos list from generation_config.json" "JSON.stringify(c.model.eos_token_id) === '[2,5,7]'"
+  check llama-gen-eos "pad is the first eos" "c.model.pad_token_id === 2"
+  check llama-gen-eos "greedy without do_sample" "c.search.do_sample === false && c.search.top_k === 50"
+fi
+
+echo "genai configs: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
