@@ -183,6 +183,12 @@ class Qwen35ForCausalLM : public nn::CausalLM {
     return out;
   }
 
+  // transformers.js drives every Qwen3.5 model as a Qwen-VL one: position_ids [3, batch, seq]
+  // (models/qwen2_vl get_rope_index), the three rows equal for text.
+  int position_id_rows(const std::string& runtime) const override {
+    return runtime == "transformers.js" ? 3 : 1;
+  }
+
   nn::TextGenOutputs forward(Graph& g, const nn::TextGenInputs& in) const override {
     nn::SharedInputs shared(g, in.input_ids, in.attention_mask, in.position_ids,
                             nn::activation_dtype(g.context()));

@@ -586,20 +586,41 @@ TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
   return out;
 }
 
+CacheIoNames cache_io_names(const std::string& runtime, size_t layer, const std::string& kind) {
+  const std::string n = std::to_string(layer);
+  if (runtime == "transformers.js") {
+    // transformers.js (configs.js getCacheNames, modeling_utils.js getPastKeyValues) turns
+    // present_conv / present_recurrent / present into past_conv / past_recurrent /
+    // past_key_values, and takes the past length from the first past_key_values.* tensor's
+    // second-to-last axis.
+    if (kind == "conv_state") return {"past_conv." + n, "present_conv." + n};
+    if (kind == "recurrent_state") return {"past_recurrent." + n, "present_recurrent." + n};
+    if (kind == "latent") return {"past_key_values." + n + ".key", "present." + n + ".key"};
+  }
+  return {"past_key_values." + n + "." + kind, "present." + n + "." + kind};
+}
+
 void build_text_generation(BuildContext& ctx, const CausalLM& model) {
   for (const auto& glob : model.ignored_tensors()) ctx.ignore_tensors(glob);
   Graph& g = ctx.graph();
   DType act = activation_dtype(ctx);
+  const std::string runtime = ctx.runtime();
   TextGenInputs in;
   in.input_ids = g.input("input_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
   in.attention_mask =
       g.input("attention_mask", TensorType(DType::Int64, {"batch_size", "total_sequence_length"}));
-  in.position_ids = g.input("position_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
+  const int rows = model.position_id_rows(runtime);
+  if (rows == 1) {
+    in.position_ids = g.input("position_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
+  } else {
+    Value pos = g.input("position_ids", TensorType(DType::Int64, {int64_t{rows}, "batch_size", "sequence_length"}));
+    in.position_ids = Squeeze(Slice(pos, {0}, {1}, {0}), {0});  // the temporal row
+  }
   auto layout = model.cache_layout(act);
   for (size_t i = 0; i < layout.size(); ++i) {
     auto& m = in.past.emplace_back();
     for (const auto& e : layout[i])
-      m[e.name] = g.input("past_key_values." + std::to_string(i) + "." + e.name, TensorType(e.dtype, e.dims));
+      m[e.name] = g.input(cache_io_names(runtime, i, e.name).past, TensorType(e.dtype, e.dims));
   }
   TextGenOutputs out = model.forward(g, in);
   g.output(out.logits, "logits");
@@ -611,7 +632,7 @@ void build_text_generation(BuildContext& ctx, const CausalLM& model) {
       auto it = out.present[i].find(e.name);
       if (it == out.present[i].end())
         throw Error("[text-generation] layer " + std::to_string(i) + " returned no present '" + e.name + "'");
-      g.output(it->second, "present." + std::to_string(i) + "." + e.name);
+      g.output(it->second, cache_io_names(runtime, i, e.name).present);
     }
 }
 

@@ -245,6 +245,13 @@ class CausalLM : public Module {
   virtual TextGenOutputs forward(Graph& g, const TextGenInputs& in) const = 0;
   // Checkpoint tensors (globs) the model knowingly does not read; the task declares them.
   virtual std::vector<std::string> ignored_tensors() const { return {}; }
+  // Rows of position_ids `runtime` feeds this model: 1 ([batch, seq]), or 3 ([3, batch, seq]:
+  // the temporal, height and width rows of multimodal rope, which are equal for text; the task
+  // passes the first row on as TextGenInputs::position_ids).
+  virtual int position_id_rows(const std::string& runtime) const {
+    (void)runtime;
+    return 1;
+  }
 };
 
 // TextModel + lm_head (tied to the embeddings when the config says so), logits scaled and
@@ -265,9 +272,19 @@ class CausalLMModel : public CausalLM {
   const Linear* lm_head;
 };
 
-// The text-generation task: declares the graph I/O of DESIGN.md ("Graph I/O"), runs the model,
-// names the outputs, and declares the model's ignored checkpoint tensors. The KV cache inputs are past_key_values.<i>.<name>, outputs
-// present.<i>.<name>; logits are float32.
+// The names a runtime feeds and reads layer `layer`'s cache tensor `kind` (CacheEntry::name) by:
+// past_key_values.<layer>.<kind> and present.<layer>.<kind>, except for transformers.js, which
+// names Gated DeltaNet states past_conv.<layer> / past_recurrent.<layer> (present_conv...,
+// present_recurrent...) and feeds any other single cache tensor, such as an MLA latent, as
+// past_key_values.<layer>.key.
+struct CacheIoNames {
+  std::string past, present;
+};
+CacheIoNames cache_io_names(const std::string& runtime, size_t layer, const std::string& kind);
+
+// The text-generation task: declares the graph I/O of DESIGN.md ("Graph I/O") with the names of
+// the build's runtime (cache_io_names, CausalLM::position_id_rows), runs the model, names the
+// outputs, and declares the model's ignored checkpoint tensors; logits are float32.
 void build_text_generation(BuildContext& ctx, const CausalLM& model);
 
 }  // namespace mobius::nn
