@@ -16,6 +16,24 @@ bool OutputLayout::host_file(const std::string& name) const {
   return name.rfind(data, 0) == 0;  // the data file and its chunks
 }
 
+DataPlacement place_tensors(const std::vector<uint64_t>& sizes, uint64_t align,
+                            uint64_t chunk_bytes) {
+  DataPlacement p;
+  p.chunk_size.push_back(0);
+  for (uint64_t size : sizes) {
+    const uint64_t used = p.chunk_size.back();
+    uint64_t at = align > 1 ? used + (align - used % align) % align : used;
+    if (chunk_bytes && used > 0 && at + size > chunk_bytes) {
+      p.chunk_size.push_back(0);
+      at = 0;
+    }
+    p.chunk.push_back(p.chunk_size.size() - 1);
+    p.offset.push_back(at);
+    p.chunk_size.back() = at + size;
+  }
+  return p;
+}
+
 OutputLayout output_layout(const std::string& runtime, const std::string& dtype) {
   OutputLayout l;
   l.runtime = runtime;

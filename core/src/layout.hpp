@@ -35,6 +35,18 @@ struct OutputLayout {
 // ([options]) for an unknown runtime, or a dtype the runtime has no files for.
 OutputLayout output_layout(const std::string& runtime, const std::string& dtype);
 
+// Where each tensor's bytes go in the external data: tensors in order, each at an offset aligned
+// to `align` in the current chunk, a new chunk started when a tensor would end past
+// `chunk_bytes` (0: never) in a chunk that already holds one. Deterministic: the same sizes give
+// the same placement.
+struct DataPlacement {
+  std::vector<size_t> chunk;         // per tensor
+  std::vector<uint64_t> offset;      // per tensor, within its chunk
+  std::vector<uint64_t> chunk_size;  // per chunk (at least one chunk, maybe empty)
+};
+DataPlacement place_tensors(const std::vector<uint64_t>& sizes, uint64_t align,
+                            uint64_t chunk_bytes);
+
 // The runtimes, for --help and messages.
 std::vector<std::string> runtimes();
 

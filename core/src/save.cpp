@@ -530,21 +530,17 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   size_t chunks = 1;
   {
     const auto& inits = ctx.plan.initializers();
-    std::vector<uint64_t> offsets(inits.size());
-    std::vector<size_t> chunk_of(inits.size());
-    std::vector<uint64_t> chunk_size{0};
+    std::vector<uint64_t> sizes;
     uint64_t total = 0;
+    for (const auto& init : inits) {
+      sizes.push_back(init.nbytes());
+      total += init.nbytes();
+    }
+    const DataPlacement place = place_tensors(sizes, kAlign, layout.chunk_bytes);
+    const std::vector<uint64_t>& offsets = place.offset;
+    const std::vector<size_t>& chunk_of = place.chunk;
+    const std::vector<uint64_t>& chunk_size = place.chunk_size;
     for (size_t i = 0; i < inits.size(); ++i) {
-      uint64_t& used = chunk_size.back();
-      uint64_t at = used + (kAlign - used % kAlign) % kAlign;
-      if (layout.chunk_bytes && used > 0 && at + inits[i].nbytes() > layout.chunk_bytes) {
-        chunk_size.push_back(0);
-        at = 0;
-      }
-      offsets[i] = at;
-      chunk_of[i] = chunk_size.size() - 1;
-      chunk_size.back() = at + inits[i].nbytes();
-      total += inits[i].nbytes();
       onnx::TensorProto* t = by_name.at(inits[i].name);
       t->set_data_location(onnx::TensorProto::EXTERNAL);
       t->clear_external_data();
