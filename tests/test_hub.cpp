@@ -343,6 +343,15 @@ TEST_CASE("hub: a build from a hub id equals the build from the folder; the cach
     CHECK(read_text(t / ("out-" + golden_case) / "model.onnx.data") ==
           read_text(t / ("local-" + golden_case) / "model.onnx.data"));
     CHECK(fs::exists(t / ("out-" + golden_case) / "config.json"));
+    {
+      // The provenance names the repository and the commit, and hashes the files as fetched.
+      nlohmann::json prov = nlohmann::json::parse(read_text(t / ("out-" + golden_case) / "mobius_provenance.json"));
+      CHECK(prov["source"]["repo"] == repo);
+      CHECK(prov["source"]["revision"] == "main");
+      CHECK(prov["source"]["commit"] == only_commit(home, repo));
+      for (const auto& f : prov["files"])
+        CHECK(f["sha256"] == sha256_of(read_text(golden(golden_case) / f["name"].get<std::string>())));
+    }
 
     nlohmann::json log = hub.log();
     INFO(log.dump(1));
