@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build cmake pkg-config g++ libonnx-dev libprotobuf-dev protobuf-compiler
-  libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev python3)
+  libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev libssl-dev
+  python3)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

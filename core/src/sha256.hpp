@@ -1,10 +1,12 @@
 // sha256.hpp - SHA-256 (FIPS 180-4), fed incrementally: checks a downloaded file against the
-// digest the hub announced for it while the bytes stream in.
+// digest the hub announced for it while the bytes stream in, and hashes the checkpoint's files
+// for the provenance. OpenSSL's libcrypto computes it (with the CPU's SHA instructions where
+// there are any: about 1.4 GB/s on one core here, against 0.2 GB/s for plain C++).
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -12,7 +14,10 @@ namespace mobius {
 
 class Sha256 {
  public:
-  Sha256() { reset(); }
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void reset();
   void update(const void* data, size_t n);
   void update(std::string_view s) { update(s.data(), s.size()); }
@@ -20,11 +25,8 @@ class Sha256 {
   std::string hex_digest();
 
  private:
-  void block(const uint8_t* p);
-  std::array<uint32_t, 8> h_{};
-  std::array<uint8_t, 64> buf_{};
-  size_t used_ = 0;
-  uint64_t total_ = 0;
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace mobius
