@@ -111,6 +111,12 @@ TEST_CASE("layout: a runtime that cannot run the model is refused before anythin
   CHECK(r.output.find("--runtime onnxruntime") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "out"));
 
+  r = build_cli(golden("deepseek-v2-lite-tiny"), t / "out", "--runtime transformers.js");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("transformers.js cannot run model type 'deepseek_v2'") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "out"));
+
   r = build_cli(golden("llama-tiny"), t / "out", "--runtime tensorflow.js");
   CHECK(r.status != 0);
   CHECK(r.output.find("--runtime") != std::string::npos);

@@ -2,6 +2,7 @@
 // add_text_generation_files): what a runtime reads beside the graph, made from the graph's
 // inputs and outputs and from the checkpoint's small config files.
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "genai_config.hpp"
@@ -115,6 +116,24 @@ std::optional<std::string> adapted_tokenizer_config(BuildContext& ctx, bool merg
   return tc.dump(2) + "\n";
 }
 
+// The model types transformers.js 4.x loads with AutoModelForCausalLM
+// (models/registry.js, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES of 4.3.2): it picks the model class by
+// config.json's model_type, and refuses a folder whose type it does not list.
+bool transformers_js_causal_lm(const std::string& t) {
+  static const std::set<std::string> k{
+      "afmoe", "apertus", "arcee", "bloom", "codegen", "cohere", "cohere2", "deepseek_v3",
+      "deepseek_v4", "ernie4_5", "exaone", "falcon", "falcon_h1", "gemma", "gemma2", "gemma3",
+      "gemma3_text", "gemma3n", "gemma4", "glm", "glm_moe_dsa", "gpt2", "gpt_bigcode", "gpt_neo",
+      "gpt_neox", "gpt_oss", "gptj", "granite", "granitemoehybrid", "helium", "hrm_text",
+      "hunyuan_v1_dense", "jais", "lfm2", "lfm2_moe", "lfm3", "llama", "llama4_text", "mbart",
+      "ministral", "ministral3", "mistral", "mistral4", "mobilellm", "modernbert-decoder", "mpt",
+      "nanochat", "nemotron_h", "olmo", "olmo2", "olmo3", "olmo_hybrid", "openelm", "opt", "phi",
+      "phi3", "qwen2", "qwen2_5_vl", "qwen2_moe", "qwen2_vl", "qwen3", "qwen3_5", "qwen3_5_moe",
+      "qwen3_5_text", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "smollm3",
+      "solar_open", "stablelm", "starcoder2", "trocr", "vaultgemma", "youtu", "zaya"};
+  return k.count(t) > 0;
+}
+
 }  // namespace
 
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
@@ -137,6 +156,11 @@ void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
     if (auto tc = adapted_tokenizer_config(ctx, true, context))
       ctx.add_runtime_file("tokenizer_config.json", *tc);
   } else if (runtime == "transformers.js") {
+    if (!transformers_js_causal_lm(model_type))
+      throw Error(MOBIUS_ERROR_KIND_CONFIG,
+                  "[config] transformers.js cannot run model type '" + model_type +
+                      "': its AutoModelForCausalLM has no class for it (transformers.js 4.x); "
+                      "--runtime onnxruntime builds the graph for ONNX Runtime alone");
     if (auto tc = adapted_tokenizer_config(ctx, false, context))
       ctx.add_runtime_file("tokenizer_config.json", *tc);
   }
