@@ -72,7 +72,6 @@ async function loadLibraries() {
 // ---------------------------------------------------------------------------------------------
 // Path B helpers: plain ONNX Runtime.
 
-const f32buf = new Float32Array(1);
 function halfToFloat(h) {
   const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
   if (e === 0) return s * m * 2 ** -24;
@@ -123,11 +122,12 @@ function positionIds(ort, modelType, state) {
     // Decode (prepare_inputs_for_generation, "Auto-regressive case"): every row gets
     //     past_length + rope_delta
     // with past_length = the cache's sequence length (DynamicCache.get_seq_length).
-    // NOTE: Python transformers computes rope_delta = max + 1 - mask.shape[1] (minus), so the
-    // first generated token sits at position prompt_len there; transformers.js 4.3.2 adds the
-    // length instead, so its decode positions are 2 * prompt_len higher (prompt_len + n_real + 
-    // prompt_len + step). We mirror transformers.js, because that is what the exported model
-    // receives in the browser; the rotary embedding only sees the shifted offsets.
+    // NOTE: Python transformers computes rope_delta = max + 1 - mask.shape[1] (minus): decode
+    // token k of a row with n real tokens of S sits at n + k there. transformers.js 4.3.2 adds
+    // mask.shape[1] instead, so it feeds S + k + n + S, 2 * S higher than Python, while the
+    // prefill positions (0..n-1) are the same; the gap between the prompt and the generated
+    // tokens is wrong by 2 * S under RoPE. We mirror transformers.js, since the test checks what
+    // transformers.js runs, not what Python would generate.
     let rows;
     if (state.past === 0) {
       const pos = cumsumPositions(state.mask, 0);
