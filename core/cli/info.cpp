@@ -31,6 +31,7 @@
 
 #include "mobius/error.hpp"
 #include "onnx/onnx_pb.h"
+#include "checkpoint_files.hpp"
 #include "untrusted.hpp"  // printable, quote_name, parse_json_limited
 
 namespace mobius::cli {
@@ -91,30 +92,7 @@ std::string pad(std::string s, size_t w) {
 // ---------------------------------------------------------------------------------------------
 // Files: opened relative to the folder, the last component never followed when a link.
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_;
-};
+using Fd = mobius::OwnedFd;
 
 struct FileStat {
   bool exists = false;

@@ -74,6 +74,7 @@ class OwnedFd {
   OwnedFd& operator=(const OwnedFd&) = delete;
   ~OwnedFd() { reset(); }
   int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
 
  private:
   void reset();
