@@ -390,9 +390,7 @@ TEST_CASE("hostile config: a deep config.json beside an in-process build never r
   write_text(t / "ckpt" / "config.json",
              R"({"model_type": "llama", "text_config": {"bos_token_id": )" + nested_arrays(1000000) + "}}");
   ArchitectureConfig cfg = llama_tiny_config();
-  nn::CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
-    return std::make_unique<nn::DecoderLayer>(c, i);
-  });
+  nn::CausalLMModel model(cfg);
   ModelPackage pkg = build_from_module(model, cfg, "text-generation", {}, t / "ckpt");
   pkg.save(t / "out");
   auto genai = nlohmann::json::parse(read_text(t / "out" / "genai_config.json"));

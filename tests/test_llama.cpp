@@ -113,9 +113,7 @@ TEST_CASE("llama: tied embeddings share one initializer") {
 TEST_CASE("llama: build_from_module builds a module assembled in C++ that matches transformers") {
   ArchitectureConfig cfg = llama_tiny_config();
   cfg.validate();
-  nn::CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
-    return std::make_unique<nn::DecoderLayer>(c, i);
-  });
+  nn::CausalLMModel model(cfg);
   ModelPackage pkg = build_from_module(model, cfg, "text-generation", {}, golden("llama-tiny"));
   TempDir t;
   pkg.save(t / "out");

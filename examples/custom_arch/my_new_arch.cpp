@@ -34,7 +34,7 @@ namespace op = mobius::op;
 // config.json -> the normalized config the build receives. Every error names the key, so a user
 // with a broken config.json reads which key to fix, e.g.
 // "[config] config.json: 'residual_scale' must be a positive number".
-ArchitectureConfig parse(const json& raw) {
+json parse(const json& raw) {
   ConfigReader r(mobius::text_config(raw), "config.json");
   ArchitectureConfig c;
   c.model_type = "my_new_arch";
@@ -60,14 +60,15 @@ ArchitectureConfig parse(const json& raw) {
   c.rope = mobius::read_rope(r, 10000.0);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
 
-  // A key of this architecture alone: ArchitectureConfig has no slot for it, so it travels in
-  // `extra`, which the normalized config carries to build() unchanged.
+  c.validate();  // relations between keys (heads divide, dims positive, ...)
+
+  // A key of this architecture alone: ArchitectureConfig has no slot for it, so it travels
+  // beside the config's fields in the normalized JSON, which build() receives unchanged.
   double scale = r.get_double("residual_scale", 1.0);
   if (!(scale > 0)) r.fail("residual_scale", "must be a positive number");
-  c.extra["residual_scale"] = scale;
-
-  c.validate();  // relations between keys (heads divide, dims positive, ...)
-  return c;
+  json normalized = c;
+  normalized["residual_scale"] = scale;
+  return normalized;
 }
 
 // One layer: h + s * (attn(norm(h)) + mlp(norm(h))).
@@ -77,8 +78,8 @@ ArchitectureConfig parse(const json& raw) {
 // .mlp.{gate,up,down}_proj.weight, and they bind without a name table.
 class ParallelScaledLayer : public nn::DecoderLayerBase {
  public:
-  ParallelScaledLayer(const ArchitectureConfig& cfg, int64_t layer)
-      : residual_scale_(cfg.extra.at("residual_scale").get<double>()) {
+  ParallelScaledLayer(const ArchitectureConfig& cfg, int64_t layer, double residual_scale)
+      : residual_scale_(residual_scale) {
     input_layernorm_ = &add<nn::RMSNorm>("input_layernorm", cfg.hidden_size, cfg.rms_norm_eps);
     self_attn_ = &add<nn::Attention>("self_attn", cfg, layer, nn::rms_norm_factory());
     mlp_ = &add<nn::GatedMLP>("mlp", cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias,
@@ -119,8 +120,10 @@ class ParallelScaledLayer : public nn::DecoderLayerBase {
 // graph I/O of the text-generation task and the tensors the model knowingly ignores.
 void build(mobius::BuildContext& ctx, const json& normalized) {
   ArchitectureConfig cfg = normalized.get<ArchitectureConfig>();
-  nn::CausalLMModel model(cfg, [](const ArchitectureConfig& c, int64_t i) {
-    return std::make_unique<ParallelScaledLayer>(c, i);
+  const double scale = normalized.at("residual_scale").get<double>();
+  // The default spec names everything as Llama does; the layers are this plugin's own.
+  nn::CausalLMModel model(cfg, nn::DecoderSpec{}, [scale](const ArchitectureConfig& c, int64_t i) {
+    return std::make_unique<ParallelScaledLayer>(c, i, scale);
   });
   nn::build_text_generation(ctx, model);
 }
@@ -128,7 +131,7 @@ void build(mobius::BuildContext& ctx, const json& normalized) {
 // Called once when the host loads the plugin; the model types registered here must be the ones
 // plugin.yaml lists, or the host refuses the plugin.
 void register_all(mobius::PluginRegistrar& r) {
-  r.add("my_new_arch", "text-generation", [](const json& raw) { return json(parse(raw)); }, build);
+  r.add("my_new_arch", "text-generation", parse, build);
 }
 
 }  // namespace

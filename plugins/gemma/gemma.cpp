@@ -125,18 +125,11 @@ ArchitectureConfig parse(const std::string& type, const json& raw) {
 void build(mobius::BuildContext& ctx, const json& j) {
   using namespace mobius::nn;
   ArchitectureConfig cfg = j.get<ArchitectureConfig>();
-  NormFactory norm = offset_rms_norm_factory();
-  LayerFactory layer;
-  if (cfg.model_type == "gemma") {
-    // Gemma 1: the pre-norm layer (its post_attention_layernorm is the pre-MLP norm).
-    layer = [norm](const ArchitectureConfig& c, int64_t i) { return std::make_unique<DecoderLayer>(c, i, norm); };
-  } else {
-    layer = [norm](const ArchitectureConfig& c, int64_t i) {
-      return std::make_unique<SandwichDecoderLayer>(c, i, norm);
-    };
-  }
-  CausalLMModel model(cfg, layer, norm);
-  build_text_generation(ctx, model);
+  DecoderSpec spec;
+  spec.norm = NormKind::OffsetRMS;
+  // Gemma 1 is pre-norm (its post_attention_layernorm is the norm before the MLP).
+  spec.placement = cfg.model_type == "gemma" ? NormPlacement::Pre : NormPlacement::Sandwich;
+  build_text_generation(ctx, CausalLMModel(cfg, spec));
 }
 
 void register_all(mobius::PluginRegistrar& r) {

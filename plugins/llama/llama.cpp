@@ -107,16 +107,9 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
 void build(mobius::BuildContext& ctx, const json& j) {
   using namespace mobius::nn;
   ArchitectureConfig cfg = j.get<ArchitectureConfig>();
-  LayerFactory layer;
-  if (cfg.post_norm) {
-    layer = [](const ArchitectureConfig& c, int64_t i) { return std::make_unique<PostNormDecoderLayer>(c, i); };
-  } else if (cfg.model_type == "granite") {
-    layer = [](const ArchitectureConfig& c, int64_t i) { return std::make_unique<GraniteDecoderLayer>(c, i); };
-  } else {
-    layer = [](const ArchitectureConfig& c, int64_t i) { return std::make_unique<DecoderLayer>(c, i); };
-  }
-  CausalLMModel model(cfg, layer);
-  build_text_generation(ctx, model);
+  DecoderSpec spec;
+  if (cfg.post_norm) spec.placement = NormPlacement::Post;  // OLMo-2
+  build_text_generation(ctx, CausalLMModel(cfg, spec));
 }
 
 void register_all(mobius::PluginRegistrar& r) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <map>
 
-#include "mobius/sdk/gated_attention.hpp"
 #include "mobius/sdk/gated_deltanet.hpp"
 #include "mobius/sdk/nn.hpp"
 #include "mobius/sdk/plugin.hpp"
@@ -27,17 +26,6 @@ constexpr int64_t kVocab = 248320, kHidden = 4096, kIntermediate = 12288, kLayer
 constexpr int64_t kHeads = 16, kKvHeads = 4, kHeadDim = 256, kMaxPositions = 32768;
 constexpr int64_t kFullAttentionInterval = 4;
 constexpr double kPartialRotaryFactor = 0.25;
-// linear_* keys and their defaults, kept in ArchitectureConfig::extra for GatedDeltaNetOptions.
-const std::map<std::string, int64_t>& linear_defaults() {
-  static const std::map<std::string, int64_t> d = {
-      {"linear_conv_kernel_dim", 4},
-      {"linear_key_head_dim", 128},
-      {"linear_value_head_dim", 128},
-      {"linear_num_key_heads", 16},
-      {"linear_num_value_heads", 32},
-  };
-  return d;
-}
 
 bool has_key(const json& j, const char* key) {
   return j.is_object() && j.contains(key) && !j.at(key).is_null();
@@ -99,16 +87,8 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
                               std::to_string(c.num_hidden_layers) +
                               " layers ('num_hidden_layers')");
 
-  for (const auto& [key, def] : linear_defaults()) {
-    int64_t v = r.get_int(key, def);
-    if (v <= 0) r.fail(key, "must be positive, got " + std::to_string(v));
-    c.extra[key] = v;
-  }
-  int64_t hk = c.extra["linear_num_key_heads"], hv = c.extra["linear_num_value_heads"];
-  if (hv % hk != 0)
-    r.fail("linear_num_value_heads", "(" + std::to_string(hv) +
-                                         ") must be a multiple of 'linear_num_key_heads' (" +
-                                         std::to_string(hk) + ")");
+  // The linear_* keys, with Qwen3.5's defaults (family_config.cpp).
+  c.linear_attn = mobius::GatedDeltaNetConfig::read(r, model_type);
   // The activation after the conv; fails now, naming the key, rather than while building.
   static const char* known_acts[] = {"silu", "swish", "relu", "gelu", "gelu_pytorch_tanh",
                                      "gelu_new", "gelu_fast"};
@@ -117,92 +97,6 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
   c.validate();
   return c;
 }
-
-// Pre-norm layer with (1 + w) norms; the token mixer is linear_attn or self_attn.
-class Qwen35DecoderLayer : public nn::DecoderLayerBase {
- public:
-  Qwen35DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, bool float32_inputs) {
-    input_layernorm = &add<nn::OffsetRMSNorm>("input_layernorm", cfg.hidden_size, cfg.rms_norm_eps);
-    if (cfg.layer_types.at(static_cast<size_t>(layer)) == "linear_attention") {
-      auto opt = nn::GatedDeltaNetOptions::from_config(cfg);
-      opt.float32_inputs = float32_inputs;
-      linear_attn = &add<nn::GatedDeltaNet>("linear_attn", opt);
-    } else {
-      self_attn = &add<nn::GatedAttention>("self_attn", cfg, layer);
-    }
-    post_attention_layernorm =
-        &add<nn::OffsetRMSNorm>("post_attention_layernorm", cfg.hidden_size, cfg.rms_norm_eps);
-    mlp = &add<nn::GatedMLP>("mlp", cfg.hidden_size, cfg.intermediate_size, false, cfg.hidden_act);
-  }
-
-  Value forward(Graph& g, Value h, nn::SharedInputs& shared,
-                const std::map<std::string, Value>& past,
-                std::map<std::string, Value>& present) const override {
-    mobius::ScopeGuard s(g, path());
-    Value x = input_layernorm->forward(g, h);
-    Value a = linear_attn ? linear_attn->forward(g, x, shared, past, present)
-                          : self_attn->forward(g, x, shared, past, present);
-    h = mobius::op::Add(h, a);
-    return mobius::op::Add(h, mlp->forward(g, post_attention_layernorm->forward(g, h)));
-  }
-
-  std::vector<nn::CacheEntry> cache_entries(DType act) const override {
-    return linear_attn ? linear_attn->cache_entries(act) : self_attn->cache_entries(act);
-  }
-
-  const nn::OffsetRMSNorm* input_layernorm;
-  const nn::GatedDeltaNet* linear_attn = nullptr;
-  const nn::GatedAttention* self_attn = nullptr;
-  const nn::OffsetRMSNorm* post_attention_layernorm;
-  const nn::GatedMLP* mlp;
-};
-
-// The text model under `text_path` plus lm_head: the same graph for both model types, only the
-// weight names differ.
-class Qwen35ForCausalLM : public nn::CausalLM {
- public:
-  Qwen35ForCausalLM(const ArchitectureConfig& c, const std::string& text_path,
-                    bool float32_linear_inputs = false)
-      : cfg(c) {
-    auto m = std::make_unique<nn::TextModel>(
-        cfg,
-        [float32_linear_inputs](const ArchitectureConfig& lc, int64_t i) {
-          return std::make_unique<Qwen35DecoderLayer>(lc, i, float32_linear_inputs);
-        },
-        nn::offset_rms_norm_factory());
-    model = m.get();
-    attach(text_path, std::move(m));
-    auto& head = add<nn::Linear>("lm_head", cfg.hidden_size, cfg.vocab_size, false);
-    if (cfg.tie_word_embeddings) head.tie("weight", model->embed_tokens->full_name("weight"));
-    lm_head = &head;
-  }
-
-  std::vector<std::vector<nn::CacheEntry>> cache_layout(DType act) const override {
-    std::vector<std::vector<nn::CacheEntry>> out;
-    for (const auto* l : model->layers) out.push_back(l->cache_entries(act));
-    return out;
-  }
-
-  // transformers.js drives every Qwen3.5 model as a Qwen-VL one: position_ids [3, batch, seq]
-  // (models/qwen2_vl get_rope_index), the three rows equal for text.
-  int position_id_rows(const std::string& runtime) const override {
-    return runtime == "transformers.js" ? 3 : 1;
-  }
-
-  nn::TextGenOutputs forward(Graph& g, const nn::TextGenInputs& in) const override {
-    nn::SharedInputs shared(g, in.input_ids, in.attention_mask, in.position_ids,
-                            nn::activation_dtype(g.context()));
-    nn::TextGenOutputs out;
-    Value h = model->forward(g, shared, in.past, out.present);
-    mobius::ScopeGuard s(g, "lm_head");
-    out.logits = mobius::op::Cast(lm_head->forward(g, h), DType::Float);
-    return out;
-  }
-
-  ArchitectureConfig cfg;
-  const nn::TextModel* model;
-  const nn::Linear* lm_head;
-};
 
 // Whether a narrower build keeps the linear-attention input side in float32: only when the
 // checkpoint has it in float32. This block is the one most sensitive to weight rounding: with
@@ -243,23 +137,30 @@ void add_transformers_js_config(mobius::BuildContext& ctx, bool composite) {
   ctx.add_runtime_file("config.json", cfg.dump(2) + "\n");
 }
 
+// Pre-norm layers with (1 + w) norms; the token mixer is Gated DeltaNet or gated attention by
+// layer type. The text weights sit under "model" (qwen3_5_text) or "model.language_model"
+// (qwen3_5); multi-token-prediction heads are a drafting aid, not part of the causal LM
+// (transformers drops them on load too), and a text-only build leaves out the vision tower.
 void build(mobius::BuildContext& ctx, const json& j) {
   ArchitectureConfig cfg = j.get<ArchitectureConfig>();
   const bool composite = cfg.model_type == "qwen3_5";
-  const std::string text_path = composite ? "model.language_model" : "model";
-  const bool float32_inputs = keep_linear_inputs_float32(ctx, cfg, text_path);
+  nn::DecoderSpec spec;
+  spec.norm = nn::NormKind::OffsetRMS;
+  spec.names.text_path = composite ? "model.language_model" : "model";
+  spec.names.mixer_by_layer_type = {{"linear_attention", "linear_attn"}};
+  const bool float32_inputs = keep_linear_inputs_float32(ctx, cfg, spec.names.text_path);
   if (float32_inputs)
     ctx.log(MOBIUS_LOG_INFO,
             "qwen35: the float32 checkpoint's linear-attention input projections "
             "stay float32 in this build");
-  Qwen35ForCausalLM model(cfg, text_path, float32_inputs);
-  // Multi-token-prediction heads are a drafting aid, not part of the causal LM (transformers
-  // drops them on load too); a text-only build leaves out the vision tower.
-  ctx.ignore_tensors("mtp.*");
-  if (composite) ctx.ignore_tensors("model.visual.*");
-  ctx.ignore_tensors("*.rotary_emb.inv_freq");
-  if (cfg.tie_word_embeddings) ctx.ignore_tensors("lm_head.weight");
-  nn::build_text_generation(ctx, model);
+  spec.mixer = nn::mixer_by_layer_type({{"linear_attention", nn::gated_deltanet_mixer(float32_inputs)},
+                                        {"full_attention", nn::attention_mixer(true)}});
+  spec.ignored = {"mtp.*"};
+  if (composite) spec.ignored.push_back("model.visual.*");
+  // transformers.js drives every Qwen3.5 model as a Qwen-VL one: position_ids [3, batch, seq]
+  // (models/qwen2_vl get_rope_index), the three rows equal for text.
+  spec.position_id_rows = [](const std::string& runtime) { return runtime == "transformers.js" ? 3 : 1; };
+  nn::build_text_generation(ctx, nn::CausalLMModel(cfg, spec));
   if (ctx.runtime() == "transformers.js") add_transformers_js_config(ctx, composite);
 }
 

@@ -1,4 +1,4 @@
-// config.cpp - typed config reading with key-naming errors; ArchitectureConfig (de)serialization.
+// config.cpp - typed config reading with key-naming errors; ArchitectureConfig's checks.
 #include "mobius/sdk/config.hpp"
 #include "mobius/utf8.h"
 
@@ -49,6 +49,8 @@ constexpr SizeBound kSizeBounds[] = {
     {"n_shared_experts", 0, 256, 2},
     {"num_experts_per_tok", 0, 4096, 8},
     {"first_k_dense_replace", 0, 1024, 3},
+    {"decoder_sparse_step", 1, 1024, 1},
+    {"mlp_only_layers", 0, 1023, 125},  // each entry: a layer index
     {"n_group", 0, 4096, 8},
     {"topk_group", 0, 4096, 4},
     {"num_nextn_predict_layers", 0, 64, 1},
@@ -183,33 +185,54 @@ bool ConfigReader::has(const std::string& key) const {
   return it != j_.end() && !it->is_null();
 }
 
-int64_t ConfigReader::get_int(const std::string& key, std::optional<int64_t> def) const {
-  if (!has(key)) {
-    if (def) return *def;
-    fail(key, "is required");
-  }
-  const auto& v = j_.at(key);
+namespace {
+
+// The integer `v` read under `key` (every error names the key), checked against its size bound.
+int64_t integer_of(const ConfigReader& r, const std::string& key, const nlohmann::json& v) {
   const SizeBound* bound = size_bound(key);
   int64_t out = 0;
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    fail(key, "is " + v.dump() + ", larger than any integer a config may hold");
+    r.fail(key, "is " + v.dump() + ", larger than any integer a config may hold");
   } else if (v.is_number_integer()) {
     out = v.get<int64_t>();
   } else if (v.is_number_float()) {
     // 1e12 is a float in JSON; an integral one within 2^53 reads as the integer it is.
     const double d = v.get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d) fail(key, "must be an integer, got " + v.dump());
+    if (!std::isfinite(d) || std::floor(d) != d) r.fail(key, "must be an integer, got " + v.dump());
     if (std::fabs(d) >= 9e15) {
       if (bound && d > 0)
-        fail(key, "is " + v.dump() + ", larger than " + std::to_string(bound->max) +
-                      ", the most mobius accepts");
-      fail(key, "is " + v.dump() + ", beyond the integers a config may hold");
+        r.fail(key, "is " + v.dump() + ", larger than " + std::to_string(bound->max) +
+                        ", the most mobius accepts");
+      r.fail(key, "is " + v.dump() + ", beyond the integers a config may hold");
     }
     out = static_cast<int64_t>(d);
   } else {
-    fail(key, "must be an integer, got " + describe_value(v));
+    r.fail(key, "must be an integer, got " + describe_value(v));
   }
-  if (bound) check_size_key(key, out, where_);
+  if (bound) check_size_key(key, out, r.where());
+  return out;
+}
+
+}  // namespace
+
+int64_t ConfigReader::get_int(const std::string& key, std::optional<int64_t> def) const {
+  if (!has(key)) {
+    if (def) return *def;
+    fail(key, "is required");
+  }
+  return integer_of(*this, key, j_.at(key));
+}
+
+std::vector<int64_t> ConfigReader::get_ints(const std::string& key,
+                                            std::optional<std::vector<int64_t>> def) const {
+  if (!has(key)) {
+    if (def) return *def;
+    fail(key, "is required");
+  }
+  const auto& v = j_.at(key);
+  if (!v.is_array()) fail(key, "must be a list of integers, got " + describe_value(v));
+  std::vector<int64_t> out;
+  for (const auto& e : v) out.push_back(integer_of(*this, key, e));
   return out;
 }
 
@@ -381,104 +404,15 @@ void ArchitectureConfig::validate() const {
     throw Error("[config] 'layer_types' has " + std::to_string(layer_types.size()) +
                 " entries for " + std::to_string(num_hidden_layers) + " layers");
   if (rotary_dim() <= 0) throw Error("[config] 'partial_rotary_factor' leaves no rotary dims");
-}
-
-void to_json(nlohmann::json& j, const RopeConfig& r) {
-  j = {{"type", r.type},
-       {"theta", r.theta},
-       {"factor", r.factor},
-       {"low_freq_factor", r.low_freq_factor},
-       {"high_freq_factor", r.high_freq_factor},
-       {"original_max_position_embeddings", r.original_max_position_embeddings},
-       {"partial_rotary_factor", r.partial_rotary_factor},
-       {"beta_fast", r.beta_fast},
-       {"beta_slow", r.beta_slow},
-       {"mscale", r.mscale},
-       {"mscale_all_dim", r.mscale_all_dim},
-       {"attention_factor", r.attention_factor},
-       {"truncate", r.truncate},
-       {"interleaved", r.interleaved}};
-}
-
-void from_json(const nlohmann::json& j, RopeConfig& r) {
-  r.type = j.at("type");
-  r.theta = j.at("theta");
-  r.factor = j.at("factor");
-  r.low_freq_factor = j.at("low_freq_factor");
-  r.high_freq_factor = j.at("high_freq_factor");
-  r.original_max_position_embeddings = j.at("original_max_position_embeddings");
-  r.partial_rotary_factor = j.at("partial_rotary_factor");
-  r.beta_fast = j.at("beta_fast");
-  r.beta_slow = j.at("beta_slow");
-  r.mscale = j.at("mscale");
-  r.mscale_all_dim = j.at("mscale_all_dim");
-  r.attention_factor = j.at("attention_factor");
-  r.truncate = j.at("truncate");
-  r.interleaved = j.at("interleaved");
-}
-
-void to_json(nlohmann::json& j, const ArchitectureConfig& c) {
-  j = {{"model_type", c.model_type},
-       {"vocab_size", c.vocab_size},
-       {"hidden_size", c.hidden_size},
-       {"intermediate_size", c.intermediate_size},
-       {"num_hidden_layers", c.num_hidden_layers},
-       {"num_attention_heads", c.num_attention_heads},
-       {"num_key_value_heads", c.num_key_value_heads},
-       {"head_dim", c.head_dim},
-       {"hidden_act", c.hidden_act},
-       {"rms_norm_eps", c.rms_norm_eps},
-       {"max_position_embeddings", c.max_position_embeddings},
-       {"rope", c.rope},
-       {"has_sliding_rope", c.has_sliding_rope},
-       {"sliding_rope", c.sliding_rope},
-       {"qkv_bias", c.qkv_bias},
-       {"o_bias", c.o_bias},
-       {"mlp_bias", c.mlp_bias},
-       {"tie_word_embeddings", c.tie_word_embeddings},
-       {"sliding_window", c.sliding_window},
-       {"layer_types", c.layer_types},
-       {"qk_norm", c.qk_norm},
-       {"post_norm", c.post_norm},
-       {"embedding_multiplier", c.embedding_multiplier},
-       {"attention_multiplier", c.attention_multiplier},
-       {"residual_multiplier", c.residual_multiplier},
-       {"logits_scaling", c.logits_scaling},
-       {"attn_logit_softcapping", c.attn_logit_softcapping},
-       {"final_logit_softcapping", c.final_logit_softcapping},
-       {"extra", c.extra}};
-}
-
-void from_json(const nlohmann::json& j, ArchitectureConfig& c) {
-  c.model_type = j.at("model_type");
-  c.vocab_size = j.at("vocab_size");
-  c.hidden_size = j.at("hidden_size");
-  c.intermediate_size = j.at("intermediate_size");
-  c.num_hidden_layers = j.at("num_hidden_layers");
-  c.num_attention_heads = j.at("num_attention_heads");
-  c.num_key_value_heads = j.at("num_key_value_heads");
-  c.head_dim = j.at("head_dim");
-  c.hidden_act = j.at("hidden_act");
-  c.rms_norm_eps = j.at("rms_norm_eps");
-  c.max_position_embeddings = j.at("max_position_embeddings");
-  c.rope = j.at("rope");
-  c.has_sliding_rope = j.at("has_sliding_rope");
-  c.sliding_rope = j.at("sliding_rope");
-  c.qkv_bias = j.at("qkv_bias");
-  c.o_bias = j.at("o_bias");
-  c.mlp_bias = j.at("mlp_bias");
-  c.tie_word_embeddings = j.at("tie_word_embeddings");
-  c.sliding_window = j.at("sliding_window");
-  c.layer_types = j.at("layer_types").get<std::vector<std::string>>();
-  c.qk_norm = j.at("qk_norm");
-  c.post_norm = j.at("post_norm");
-  c.embedding_multiplier = j.at("embedding_multiplier");
-  c.attention_multiplier = j.at("attention_multiplier");
-  c.residual_multiplier = j.at("residual_multiplier");
-  c.logits_scaling = j.at("logits_scaling");
-  c.attn_logit_softcapping = j.at("attn_logit_softcapping");
-  c.final_logit_softcapping = j.at("final_logit_softcapping");
-  c.extra = j.value("extra", nlohmann::json::object());
+  check_size_key("num_nextn_predict_layers", num_nextn_predict_layers);
+  if (moe) moe->validate();
+  if (mla) {
+    mla->validate();
+    if (rope.partial_rotary_factor != 1.0)
+      throw Error("[config] 'partial_rotary_factor' must be 1 for MLA (qk_rope_head_dim is the "
+                  "rotated part)");
+  }
+  if (linear_attn) linear_attn->validate();
 }
 
 }  // namespace mobius

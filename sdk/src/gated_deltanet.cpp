@@ -169,7 +169,9 @@ std::pair<Value, Value> delta_chunked(Value q, Value k, Value v, Value beta, Val
   Value chunk_decay = Unsqueeze(Exp(last), {-1});  // [b, hv, n, 1, 1]
 
   // Scan over chunks (axis 2): v_new = W - KC S; o = Qd S + intra v_new;
-  // S' = e^last S + Kd^T v_new.
+  // S' = e^last S + Kd^T v_new. KC S and Qd S are one MatMul, so that every read of S is an
+  // ancestor of S' (a runtime may bind the present state onto the past state's memory).
+  Value kq = Concat({wk[1], qd}, 3);  // [b, hv, n, 2C, dk]
   auto body = g.subgraph("chunk_scan");
   Graph& sb = *body;
   auto in = [&](const char* name, std::vector<Dim> dims) {
@@ -177,20 +179,20 @@ std::pair<Value, Value> delta_chunked(Value q, Value k, Value v, Value beta, Val
   };
   Value s = in("state", {b, hv, dk, dv});
   Value w_i = in("w", {b, hv, c, dv});
-  Value kc_i = in("kc", {b, hv, c, dk});
-  Value qd_i = in("qd", {b, hv, c, dk});
+  Value kq_i = in("kq", {b, hv, 2 * c, dk});
   Value intra_i = in("intra", {b, hv, c, c});
   Value kd_i = in("kd", {b, hv, c, dk});
   Value cd_i = in("chunk_decay", {b, hv, 1, 1});
-  Value v_new = Sub(w_i, MatMul(kc_i, s));
-  Value o_i = Add(MatMul(qd_i, s), MatMul(intra_i, v_new));
+  auto ks_qs = Split(MatMul(kq_i, s), {c, c}, 2);
+  Value v_new = Sub(w_i, ks_qs[0]);
+  Value o_i = Add(ks_qs[1], MatMul(intra_i, v_new));
   Value s_next = Add(Mul(s, cd_i), MatMul(Transpose(kd_i, {0, 1, 3, 2}), v_new));
   sb.output(s_next, sb.fresh_name("state_out"));
   sb.output(o_i, sb.fresh_name("o"));
-  auto outs = g.node("Scan", {s0, wk[0], wk[1], qd, intra, kd, chunk_decay},
+  auto outs = g.node("Scan", {s0, wk[0], kq, intra, kd, chunk_decay},
                      {s0.type(), TensorType(DType::Float, {b, hv, Dim(), c, dv})},
-                     {Attr("body", body), Attr("num_scan_inputs", int64_t{6}),
-                      Attr("scan_input_axes", std::vector<int64_t>(6, 2)),
+                     {Attr("body", body), Attr("num_scan_inputs", int64_t{5}),
+                      Attr("scan_input_axes", std::vector<int64_t>(5, 2)),
                       Attr("scan_output_axes", std::vector<int64_t>{2})});
   Value o = Reshape(outs[1], {0, 0, -1, dv});
   o = node1(g, "Slice", {o, Ints(g, {0}), len, Ints(g, {2})},
@@ -244,16 +246,8 @@ std::pair<Value, Value> gated_delta_rule(Graph& g, Value q, Value k, Value v, Va
 
 GatedDeltaNetOptions GatedDeltaNetOptions::from_config(const ArchitectureConfig& cfg) {
   GatedDeltaNetOptions o;
-  const nlohmann::json& x = cfg.extra;
-  auto get = [&](const char* key, int64_t def) {
-    return x.contains(key) && x.at(key).is_number_integer() ? x.at(key).get<int64_t>() : def;
-  };
+  if (cfg.linear_attn) static_cast<GatedDeltaNetConfig&>(o) = *cfg.linear_attn;
   o.hidden = cfg.hidden_size;
-  o.num_k_heads = get("linear_num_key_heads", 16);
-  o.num_v_heads = get("linear_num_value_heads", 32);
-  o.k_head_dim = get("linear_key_head_dim", 128);
-  o.v_head_dim = get("linear_value_head_dim", 128);
-  o.conv_kernel = get("linear_conv_kernel_dim", 4);
   o.norm_eps = cfg.rms_norm_eps;
   o.act = cfg.hidden_act;
   return o;
@@ -352,9 +346,8 @@ Value padding_keep(Graph& g, SharedInputs& shared) {
 
 }  // namespace
 
-Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared,
-                             const std::map<std::string, Value>& past,
-                             std::map<std::string, Value>& present) const {
+Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                             CacheMap& present) const {
   const int64_t hk = opt.num_k_heads, hv = opt.num_v_heads, dk = opt.k_head_dim,
                 dv = opt.v_head_dim, kernel = opt.conv_kernel;
   Value keep = padding_keep(g, shared);
@@ -405,6 +398,14 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared,
   o = Cast(Transpose(o, {0, 2, 1, 3}), act);  // [b, seq, hv, dv]
   Value y = norm->forward(g, o, Reshape(z, {0, 0, hv, dv}));
   return out_proj->forward(g, Cast(Reshape(y, {0, 0, value_dim}), out_dtype));
+}
+
+MixerFactory gated_deltanet_mixer(bool float32_inputs) {
+  return [float32_inputs](const ArchitectureConfig& c, int64_t, const DecoderSpec&) {
+    auto opt = GatedDeltaNetOptions::from_config(c);
+    opt.float32_inputs = float32_inputs;
+    return std::make_unique<GatedDeltaNet>(opt);
+  };
 }
 
 }  // namespace mobius::nn

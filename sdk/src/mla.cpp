@@ -20,13 +20,6 @@ using namespace mobius::op;
 
 namespace {
 
-int64_t extra_int(const ArchitectureConfig& c, const char* key) {
-  auto it = c.extra.find(key);
-  if (it == c.extra.end() || !it->is_number_integer())
-    throw Error(std::string("[mla] the config has no integer '") + key + "'");
-  return it->get<int64_t>();
-}
-
 double yarn_mscale(double scale, double m) {
   return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
 }
@@ -34,15 +27,11 @@ double yarn_mscale(double scale, double m) {
 }  // namespace
 
 MLAConfig MLAConfig::from(const ArchitectureConfig& c) {
+  if (!c.mla) throw Error("[mla] the config has no MLA settings (ArchitectureConfig::mla)");
   MLAConfig m;
+  static_cast<mobius::MLAConfig&>(m) = *c.mla;
   m.hidden = c.hidden_size;
   m.heads = c.num_attention_heads;
-  m.q_lora_rank = extra_int(c, "q_lora_rank");
-  m.kv_lora_rank = extra_int(c, "kv_lora_rank");
-  m.qk_nope_head_dim = extra_int(c, "qk_nope_head_dim");
-  m.qk_rope_head_dim = extra_int(c, "qk_rope_head_dim");
-  m.v_head_dim = extra_int(c, "v_head_dim");
-  m.attention_bias = c.extra.value("attention_bias", false);
   m.rope = c.rope;
   m.validate();
   return m;
@@ -66,42 +55,10 @@ void MLAConfig::validate() const {
   };
   positive("hidden_size", hidden);
   positive("num_attention_heads", heads);
-  positive("kv_lora_rank", kv_lora_rank);
-  positive("qk_nope_head_dim", qk_nope_head_dim);
-  positive("qk_rope_head_dim", qk_rope_head_dim);
-  positive("v_head_dim", v_head_dim);
-  if (q_lora_rank < 0) throw Error("[config] 'q_lora_rank' must be positive or null");
-  if (qk_rope_head_dim % 2 != 0)
-    throw Error("[config] 'qk_rope_head_dim' must be even, got " +
-                std::to_string(qk_rope_head_dim));
+  mobius::MLAConfig::validate();
   if (rope.partial_rotary_factor != 1.0)
     throw Error("[config] 'partial_rotary_factor' must be 1 for MLA (qk_rope_head_dim is the "
                 "rotated part)");
-}
-
-std::pair<Value, Value> mla_rope_tables(Graph& g, SharedInputs& shared, const RopeConfig& rope,
-                                        int64_t dim) {
-  nlohmann::json j = rope;
-  std::string key = "mla_rope/" + j.dump() + "/" + std::to_string(dim);
-  if (auto it = shared.memo.find(key + "/cos"); it != shared.memo.end())
-    return {it->second, shared.memo.at(key + "/sin")};
-  ScopeGuard s(g, "mla_rope");
-  double scaling = 1.0;
-  std::vector<float> inv = rope_inv_freq(rope, dim, &scaling);
-  std::vector<double> invd(inv.begin(), inv.end());
-  Value inv_v = Constant(g, DType::Float, {static_cast<int64_t>(inv.size())}, invd, "inv_freq");
-  Value pos = Unsqueeze(Cast(shared.position_ids, DType::Float), {2});  // [batch, seq, 1]
-  Value freqs = Mul(pos, inv_v);                                        // [batch, seq, dim/2]
-  Value cos = Cos(freqs), sin = Sin(freqs);
-  if (scaling != 1.0) {
-    cos = Mul(cos, Scalar(g, DType::Float, scaling));
-    sin = Mul(sin, Scalar(g, DType::Float, scaling));
-  }
-  cos = Unsqueeze(cos, {1});  // [batch, 1, seq, dim/2]
-  sin = Unsqueeze(sin, {1});
-  shared.memo[key + "/cos"] = cos;
-  shared.memo[key + "/sin"] = sin;
-  return {cos, sin};
 }
 
 Value mla_apply_rope(Value x, Value cos, Value sin, bool interleaved) {
@@ -152,8 +109,7 @@ std::vector<CacheEntry> MultiHeadLatentAttention::cache_entries(DType act) const
 }
 
 Value MultiHeadLatentAttention::forward(Graph& g, Value x, SharedInputs& shared,
-                                        const std::map<std::string, Value>& past,
-                                        std::map<std::string, Value>& present) const {
+                                        const CacheMap& past, CacheMap& present) const {
   ScopeGuard s(g, path());
   const int64_t h = cfg.heads, nope = cfg.qk_nope_head_dim, dr = cfg.qk_rope_head_dim;
   const int64_t r = cfg.kv_lora_rank, dv = cfg.v_head_dim;
@@ -169,7 +125,7 @@ Value MultiHeadLatentAttention::forward(Graph& g, Value x, SharedInputs& shared,
   Value latent = Unsqueeze(kv_a_layernorm->forward(g, kv[0]), {1});  // [batch, 1, seq, r]
   Value k_pe = Unsqueeze(kv[1], {1});  // one rope key shared by all heads [batch, 1, seq, dr]
 
-  auto [cos, sin] = mla_rope_tables(g, shared, cfg.rope, dr);
+  auto [cos, sin] = shared.rope_tables(cfg.rope, dr, false);
   q_pe = mla_apply_rope(q_pe, cos, sin, cfg.rope.interleaved);
   k_pe = mla_apply_rope(k_pe, cos, sin, cfg.rope.interleaved);
 
@@ -182,15 +138,20 @@ Value MultiHeadLatentAttention::forward(Graph& g, Value x, SharedInputs& shared,
   auto wkv = Split(w, {nope, dv}, 1);
   Value q_lat = MatMul(q_nope, wkv[0]);  // q_nope . W_uk: [batch, heads, seq, r]
   Value qf = Concat({q_lat, q_pe}, -1);  // scores against [latent | k_pe] in one matmul
-  Value scores = Mul(MatMul(qf, Transpose(cache, {0, 1, 3, 2})), ScalarLike(qf, scale));
-  scores = Add(Cast(scores, DType::Float), shared.attention_bias(0, 1));
-  Value probs = Cast(Softmax(scores, -1), act);
+  AttentionCore core;
+  core.scale = scale;
+  Value probs = attention_probs(g, shared, qf, cache, core, 1);  // the latent is one kv head
   // probs . [latent | k_pe], then drop the rope columns: slicing the small product is cheaper
   // than slicing the whole cache every step.
   Value o = Slice(MatMul(probs, cache), {0}, {r}, {-1});  // [batch, heads, seq, r]
   o = MatMul(o, Transpose(wkv[1], {0, 2, 1}));            // . W_uv^T: [batch, heads, seq, dv]
-  o = Reshape(Transpose(o, {0, 2, 1, 3}), {0, 0, h * dv});
-  return o_proj->forward(g, o);
+  return o_proj->forward(g, merge_heads(o, h, dv));
+}
+
+MixerFactory mla_mixer() {
+  return [](const ArchitectureConfig& c, int64_t, const DecoderSpec&) {
+    return std::make_unique<MultiHeadLatentAttention>(MLAConfig::from(c));
+  };
 }
 
 }  // namespace mobius::nn

@@ -30,19 +30,6 @@ using namespace mobius::op;
 
 namespace {
 
-const nlohmann::json* extra_key(const ArchitectureConfig& c, const char* key) {
-  auto it = c.extra.find(key);
-  return it == c.extra.end() || it->is_null() ? nullptr : &*it;
-}
-
-int64_t extra_int(const ArchitectureConfig& c, const char* key, int64_t def) {
-  const nlohmann::json* v = extra_key(c, key);
-  if (!v) return def;
-  if (!v->is_number_integer())
-    throw Error(std::string("[config] '") + key + "' must be an integer");
-  return v->get<int64_t>();
-}
-
 std::string expert_name(int64_t e, const char* proj) {
   return std::to_string(e) + "." + proj + ".weight";
 }
@@ -51,53 +38,12 @@ std::string expert_name(int64_t e, const char* proj) {
 
 MoEConfig MoEConfig::from(const ArchitectureConfig& c) {
   MoEConfig m;
+  if (c.moe) static_cast<mobius::MoEConfig&>(m) = *c.moe;
   m.hidden = c.hidden_size;
   m.hidden_act = c.hidden_act;
   m.mlp_bias = c.mlp_bias;
-  m.n_routed_experts = extra_int(c, "n_routed_experts", 0);
-  m.n_shared_experts = extra_int(c, "n_shared_experts", 0);
-  m.moe_intermediate_size = extra_int(c, "moe_intermediate_size", 0);
-  m.num_experts_per_tok = extra_int(c, "num_experts_per_tok", 0);
-  m.first_k_dense_replace = extra_int(c, "first_k_dense_replace", 0);
-  m.n_group = extra_int(c, "n_group", 1);
-  m.topk_group = extra_int(c, "topk_group", 1);
-  if (const auto* v = extra_key(c, "scoring_func")) m.scoring = v->get<std::string>();
-  if (const auto* v = extra_key(c, "topk_method")) m.topk_method = v->get<std::string>();
-  if (const auto* v = extra_key(c, "norm_topk_prob")) m.norm_topk_prob = v->get<bool>();
-  if (const auto* v = extra_key(c, "routed_scaling_factor"))
-    m.routed_scaling_factor = v->get<double>();
   m.validate();
   return m;
-}
-
-void MoEConfig::validate() const {
-  auto fail = [](const std::string& key, const std::string& why) {
-    throw Error("[config] '" + key + "' " + why);
-  };
-  if (n_routed_experts < 0) fail("n_routed_experts", "must not be negative");
-  if (first_k_dense_replace < 0) fail("first_k_dense_replace", "must not be negative");
-  if (n_routed_experts == 0) return;
-  if (moe_intermediate_size <= 0) fail("moe_intermediate_size", "must be positive");
-  if (n_shared_experts < 0) fail("n_shared_experts", "must not be negative");
-  if (num_experts_per_tok <= 0 || num_experts_per_tok > n_routed_experts)
-    fail("num_experts_per_tok", "(" + std::to_string(num_experts_per_tok) +
-                                    ") must be between 1 and 'n_routed_experts' (" +
-                                    std::to_string(n_routed_experts) + ")");
-  if (scoring != "softmax" && scoring != "sigmoid")
-    fail("scoring_func", "has unknown value '" + scoring + "' (known: softmax, sigmoid)");
-  if (topk_method != "greedy" && topk_method != "group_limited_greedy" && topk_method != "noaux_tc")
-    fail("topk_method", "has unknown value '" + topk_method +
-                            "' (known: greedy, group_limited_greedy, noaux_tc)");
-  if (n_group <= 0 || n_routed_experts % n_group != 0)
-    fail("n_group", "(" + std::to_string(n_group) + ") must divide 'n_routed_experts' (" +
-                        std::to_string(n_routed_experts) + ")");
-  if (topk_group <= 0 || topk_group > n_group)
-    fail("topk_group", "(" + std::to_string(topk_group) + ") must be between 1 and 'n_group' (" +
-                           std::to_string(n_group) + ")");
-  if (topk_method == "noaux_tc" && n_group > 1 && topk_group < n_group &&
-      n_routed_experts / n_group < 2)
-    fail("n_group", "leaves fewer than 2 experts per group for noaux_tc's top-2 group score");
-  if (!std::isfinite(routed_scaling_factor)) fail("routed_scaling_factor", "must be finite");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,6 +186,15 @@ Value SparseMoE::forward(Graph& g, Value x) const {
   routed = Reshape(routed, Shape(x), x.type());
   if (shared_experts) routed = Add(routed, shared_experts->forward(g, x));
   return routed;
+}
+
+FeedForwardFactory moe_or_dense() {
+  return [](const ArchitectureConfig& c, int64_t layer,
+            const DecoderSpec& spec) -> std::unique_ptr<FeedForward> {
+    MoEConfig moe = MoEConfig::from(c);
+    if (moe.is_moe_layer(layer)) return std::make_unique<SparseMoE>(moe);
+    return gated_mlp()(c, layer, spec);
+  };
 }
 
 }  // namespace mobius::nn

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mobius/sdk/error.hpp"
+#include "mobius/sdk/family_config.hpp"
 
 namespace mobius {
 
@@ -56,6 +57,10 @@ class ConfigReader {
   std::string get_string(const std::string& key,
                          std::optional<std::string> def = std::nullopt) const;
   std::vector<std::string> get_strings(const std::string& key) const;  // [] when absent
+  // A list of integers, each read as get_int reads one (the key's size bound applies to each).
+  std::vector<int64_t> get_ints(const std::string& key,
+                                std::optional<std::vector<int64_t>> def = std::nullopt) const;
+  const std::string& where() const { return where_; }
   const nlohmann::json& raw() const { return j_; }
   [[noreturn]] void fail(const std::string& key, const std::string& why) const;
 
@@ -82,9 +87,16 @@ struct RopeConfig {
   // Layout: rotate_half over the two halves (false) or adjacent pairs (true).
   bool interleaved = false;
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RopeConfig, type, theta, factor, low_freq_factor,
+                                                high_freq_factor, original_max_position_embeddings,
+                                                partial_rotary_factor, beta_fast, beta_slow,
+                                                mscale, mscale_all_dim, attention_factor, truncate,
+                                                interleaved)
 
-// What the SDK's decoder components read. Family-specific keys with no slot here stay in
-// `extra` (the whole normalized config is passed back to the plugin's builder).
+// What the SDK's decoder components read: the decoder's fields, and the typed config of each
+// family a model uses (family_config.hpp), empty when it does not. The whole normalized config
+// is passed back to the plugin's builder as this struct's JSON (the field list under it); a
+// plugin with keys of its own adds them beside these (from_json skips keys it does not know).
 struct ArchitectureConfig {
   std::string model_type;
   int64_t vocab_size = 0;
@@ -115,19 +127,28 @@ struct ArchitectureConfig {
   double logits_scaling = 1.0;
   double attn_logit_softcapping = 0.0;    // 0: none
   double final_logit_softcapping = 0.0;   // 0: none
-  nlohmann::json extra = nlohmann::json::object();
+  // Multi-token-prediction layers the checkpoint keeps after the decoder's (DeepSeek-V3's
+  // layer 61): not part of the graph, their tensors are ignored.
+  int64_t num_nextn_predict_layers = 0;
+  // The families' typed configs: mixture-of-experts MLPs, latent attention, Gated DeltaNet.
+  std::optional<MoEConfig> moe;
+  std::optional<MLAConfig> mla;
+  std::optional<GatedDeltaNetConfig> linear_attn;
 
   int64_t rotary_dim() const;  // head_dim * partial_rotary_factor, even
   bool is_sliding(int64_t layer) const;
   // Checks every size field against its SizeBound, the relations between fields, and the size
-  // of the whole model (about 8.8 trillion parameters at most); throws naming the key.
+  // of the whole model (about 8.8 trillion parameters at most), then each family config present;
+  // throws naming the key.
   void validate() const;
 };
-
-void to_json(nlohmann::json& j, const RopeConfig& r);
-void from_json(const nlohmann::json& j, RopeConfig& r);
-void to_json(nlohmann::json& j, const ArchitectureConfig& c);
-void from_json(const nlohmann::json& j, ArchitectureConfig& c);
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
+    ArchitectureConfig, model_type, vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+    num_attention_heads, num_key_value_heads, head_dim, hidden_act, rms_norm_eps,
+    max_position_embeddings, rope, has_sliding_rope, sliding_rope, qkv_bias, o_bias, mlp_bias,
+    tie_word_embeddings, sliding_window, layer_types, qk_norm, post_norm, embedding_multiplier,
+    attention_multiplier, residual_multiplier, logits_scaling, attn_logit_softcapping,
+    final_logit_softcapping, num_nextn_predict_layers, moe, mla, linear_attn)
 
 // Reads rope settings the way transformers does: `rope_scaling` ({"type"} or {"rope_type"}),
 // or the newer `rope_parameters`, with `rope_theta` and `partial_rotary_factor`.

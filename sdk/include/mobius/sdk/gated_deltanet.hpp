@@ -13,17 +13,16 @@
 #include <utility>
 #include <vector>
 
-#include "mobius/sdk/nn.hpp"
+#include "mobius/sdk/attention.hpp"
+#include "mobius/sdk/decoder.hpp"
 
 namespace mobius::nn {
 
-struct GatedDeltaNetOptions {
+// The component's settings: the Gated DeltaNet family config (mobius::GatedDeltaNetConfig,
+// family_config.hpp: num_k_heads hk, num_v_heads hv, k_head_dim dk, v_head_dim dv, conv_kernel
+// K) plus the decoder fields it uses and options of the build alone.
+struct GatedDeltaNetOptions : GatedDeltaNetConfig {
   int64_t hidden = 0;
-  int64_t num_k_heads = 0;   // hk: query/key heads
-  int64_t num_v_heads = 0;   // hv: value heads, a multiple of hk
-  int64_t k_head_dim = 0;    // dk
-  int64_t v_head_dim = 0;    // dv
-  int64_t conv_kernel = 4;   // K
   double norm_eps = 1e-6;    // the gated RMSNorm's epsilon
   std::string act = "silu";  // applied after the conv (transformers passes hidden_act)
   int64_t chunk_size = 64;   // tokens per chunk of the chunked delta rule (a power of two)
@@ -33,9 +32,8 @@ struct GatedDeltaNetOptions {
   // amplifies most (see the qwen35 plugin).
   bool float32_inputs = false;
 
-  // Reads hidden_size, rms_norm_eps, hidden_act and the linear_* keys the plugin left in
-  // cfg.extra (linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
-  // linear_value_head_dim, linear_conv_kernel_dim).
+  // cfg.linear_attn (none: Qwen3.5's defaults) with hidden_size, rms_norm_eps and hidden_act
+  // from cfg.
   static GatedDeltaNetOptions from_config(const ArchitectureConfig& cfg);
   // Throws mobius::Error naming the offending field.
   void validate() const;
@@ -57,14 +55,14 @@ class GatedRMSNorm : public RMSNorm {
   Value forward(Graph& g, Value x, Value gate) const;
 };
 
-class GatedDeltaNet : public Module {
+class GatedDeltaNet : public TokenMixer {
  public:
   explicit GatedDeltaNet(const GatedDeltaNetOptions& opt);
   // x [batch, seq, hidden] in the activation dtype (after input_layernorm); returns the same
   // dtype. past/present hold "conv_state" and "recurrent_state".
-  Value forward(Graph& g, Value x, SharedInputs& shared, const std::map<std::string, Value>& past,
-                std::map<std::string, Value>& present) const;
-  std::vector<CacheEntry> cache_entries(DType act) const;
+  Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                CacheMap& present) const override;
+  std::vector<CacheEntry> cache_entries(DType act) const override;
 
   GatedDeltaNetOptions opt;
   int64_t key_dim, value_dim, conv_dim;
@@ -85,5 +83,9 @@ class GatedDeltaNet : public Module {
 // longer ones the chunked form (chunk_size tokens per Scan iteration).
 std::pair<Value, Value> gated_delta_rule(Graph& g, Value q, Value k, Value v, Value beta,
                                          Value gate, Value state, int64_t chunk_size = 64);
+
+// The Gated DeltaNet mixer from cfg (for DecoderSpec::mixer); float32_inputs as in
+// GatedDeltaNetOptions.
+MixerFactory gated_deltanet_mixer(bool float32_inputs = false);
 
 }  // namespace mobius::nn

@@ -8,27 +8,23 @@
 #include <string>
 #include <vector>
 
-#include "mobius/sdk/nn.hpp"
+#include "mobius/sdk/attention.hpp"
+#include "mobius/sdk/decoder.hpp"
 
 namespace mobius::nn {
 
-struct MLAConfig {
+// The component's settings: the MLA family config (mobius::MLAConfig, family_config.hpp: ranks,
+// head dims, attention_bias, qk_head_dim()) plus the decoder fields it uses.
+struct MLAConfig : mobius::MLAConfig {
   int64_t hidden = 0;
   int64_t heads = 0;
-  int64_t q_lora_rank = 0;  // 0: a plain q_proj
-  int64_t kv_lora_rank = 0;
-  int64_t qk_nope_head_dim = 0;
-  int64_t qk_rope_head_dim = 0;
-  int64_t v_head_dim = 0;
-  bool attention_bias = false;  // on q_a_proj, kv_a_proj_with_mqa and o_proj only
   // Rope over qk_rope_head_dim. `interleaved`: rotate adjacent pairs (V2, and V3 with
   // rope_interleave); otherwise rotate_half over the two halves.
   RopeConfig rope;
 
-  // Reads the DeepSeek keys a plugin stored in cfg.extra (q_lora_rank, kv_lora_rank,
-  // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, attention_bias); the rest from cfg.
+  // cfg.mla with hidden_size, num_attention_heads and rope from cfg; throws when cfg.mla is
+  // empty.
   static MLAConfig from(const ArchitectureConfig& cfg);
-  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // qk_head_dim**-0.5, times yarn's mscale(factor, mscale_all_dim)**2 when the rope is scaled.
   double softmax_scale() const;
   // Throws naming the first size that cannot work.
@@ -37,12 +33,12 @@ struct MLAConfig {
 
 // The cache holds, per token, the normalized latent and the rotated shared rope key:
 // "latent" [batch, 1, past, kv_lora_rank + qk_rope_head_dim].
-class MultiHeadLatentAttention : public Module {
+class MultiHeadLatentAttention : public TokenMixer {
  public:
   explicit MultiHeadLatentAttention(const MLAConfig& cfg);
-  Value forward(Graph& g, Value x, SharedInputs& shared, const std::map<std::string, Value>& past,
-                std::map<std::string, Value>& present) const;
-  std::vector<CacheEntry> cache_entries(DType act) const;
+  Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                CacheMap& present) const override;
+  std::vector<CacheEntry> cache_entries(DType act) const override;
 
   MLAConfig cfg;
   double scale;
@@ -56,14 +52,13 @@ class MultiHeadLatentAttention : public Module {
   const Linear* o_proj;
 };
 
-// Rotary tables for MLA, float32 [batch, 1, seq, rotary_dim / 2] (one angle per rotated pair,
-// attention scaling applied), built once per graph and rope config (kept in shared.memo).
-std::pair<Value, Value> mla_rope_tables(Graph& g, SharedInputs& shared, const RopeConfig& rope,
-                                        int64_t rotary_dim);
-// Rotates x [..., rotary_dim] in float32 with tables of mla_rope_tables, pairing (2i, 2i+1)
+// Rotates x [..., rotary_dim] in float32 with SharedInputs::rope_tables(rope, rotary_dim, false), pairing (2i, 2i+1)
 // when interleaved and (i, i + d/2) otherwise. The result holds the rotated pairs as
 // [first of each pair | second of each pair]: one fixed permutation of the dims, which leaves
 // every q.k product unchanged as long as q and k go through the same call.
 Value mla_apply_rope(Value x, Value cos, Value sin, bool interleaved);
+
+// The MLA mixer of every layer, from cfg.mla (for DecoderSpec::mixer).
+MixerFactory mla_mixer();
 
 }  // namespace mobius::nn

@@ -10,40 +10,21 @@
 #include <utility>
 #include <vector>
 
-#include "mobius/sdk/nn.hpp"
+#include "mobius/sdk/decoder.hpp"
+#include "mobius/sdk/feed_forward.hpp"
 
 namespace mobius::nn {
 
-struct MoEConfig {
+// The component's settings: the MoE family config (mobius::MoEConfig, family_config.hpp: expert
+// counts and widths, routing, is_moe_layer(), validate()) plus the decoder fields it uses.
+struct MoEConfig : mobius::MoEConfig {
   int64_t hidden = 0;
-  int64_t moe_intermediate_size = 0;
-  int64_t n_routed_experts = 0;
-  int64_t n_shared_experts = 0;  // 0: none
-  int64_t num_experts_per_tok = 0;
-  int64_t first_k_dense_replace = 0;  // layers below this one use the dense MLP
-  // softmax: V2 (float32 softmax over the router logits); sigmoid: V3 (sigmoid scores, plus
-  // e_score_correction_bias for the choice of experts only).
-  std::string scoring = "softmax";
-  // greedy: top-k over all experts; group_limited_greedy: only in the topk_group groups of the
-  // highest max score; noaux_tc: only in the topk_group groups of the highest sum of their two
-  // best (biased) scores.
-  std::string topk_method = "greedy";
-  int64_t n_group = 1;
-  int64_t topk_group = 1;
-  bool norm_topk_prob = false;  // weights / (sum + 1e-20) before the scaling
-  double routed_scaling_factor = 1.0;
   std::string hidden_act = "silu";
   bool mlp_bias = false;  // shared experts (routed experts have no biases)
 
-  // Reads the keys a plugin stored in cfg.extra (n_routed_experts, n_shared_experts,
-  // moe_intermediate_size, num_experts_per_tok, first_k_dense_replace, scoring_func,
-  // topk_method, n_group, topk_group, norm_topk_prob, routed_scaling_factor).
+  // cfg.moe (none: no routed experts, every layer dense) with hidden_size, hidden_act and
+  // mlp_bias from cfg; validated.
   static MoEConfig from(const ArchitectureConfig& cfg);
-  bool is_moe_layer(int64_t layer) const {
-    return n_routed_experts > 0 && layer >= first_k_dense_replace;
-  }
-  // Throws naming the key whose value cannot work.
-  void validate() const;
 };
 
 // The router ("gate"): for x [tokens, hidden], the chosen experts [tokens, k] (int64) and their
@@ -71,14 +52,18 @@ class ExpertBank : public Module {
 };
 
 // Routed experts plus the shared experts (width moe_intermediate_size * n_shared_experts).
-class SparseMoE : public Module {
+class SparseMoE : public FeedForward {
  public:
   explicit SparseMoE(const MoEConfig& cfg);
-  Value forward(Graph& g, Value x) const;  // x [batch, seq, hidden] in the activation dtype
+  Value forward(Graph& g, Value x) const override;  // x [batch, seq, hidden], activation dtype
   MoEConfig cfg;
   const MoERouter* gate;
   const ExpertBank* experts;
   const GatedMLP* shared_experts = nullptr;
 };
+
+// The feed-forward of each layer for DecoderSpec: the sparse MoE of cfg's MoE config on its MoE
+// layers (MoEConfig::is_moe_layer), the dense GatedMLP elsewhere.
+FeedForwardFactory moe_or_dense();
 
 }  // namespace mobius::nn

@@ -1,0 +1,87 @@
+// mobius/sdk/attention.hpp - token mixers, the part of a decoder layer that mixes positions, and
+// the attention core they all share.
+//
+// A mixer takes the normalized hidden states and its layer's cache and returns its output before
+// the residual add. Attention here (plain, with q/k norms, soft-capped, with a sigmoid output
+// gate, with a fused qkv_proj), Multi-head Latent Attention (mla.hpp) and Gated DeltaNet
+// (gated_deltanet.hpp) are mixers; a family with a new one derives from TokenMixer.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mobius/sdk/layers.hpp"
+
+namespace mobius::nn {
+
+// A layer's cache tensors by name (CacheEntry::name), as the task feeds and collects them.
+using CacheMap = std::map<std::string, Value>;
+
+class TokenMixer : public Module {
+ public:
+  // x [batch, seq, hidden] in the activation dtype; past holds this layer's cache tensors and
+  // present receives their new values under the same names.
+  virtual Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                        CacheMap& present) const = 0;
+  virtual std::vector<CacheEntry> cache_entries(DType act) const = 0;
+};
+
+// The attention core's settings: scores = scale * q.k^T, computed then in float32,
+// soft-capped (cap * tanh(scores / cap)) when softcap > 0, plus the mask bias (causal, padding,
+// and the sliding window when window > 0), softmax, cast back to q's dtype.
+struct AttentionCore {
+  double scale = 1.0;
+  double softcap = 0.0;
+  int64_t window = 0;
+};
+
+// The attention probabilities for q [batch, groups, rep * seq, d] (the rep query heads of one
+// key group stacked as rows) against k [batch, groups or 1, total, d]: [batch, groups, rep * seq,
+// total] in q's dtype.
+Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const AttentionCore& core,
+                      int64_t rep);
+// [batch, heads, seq, d] -> [batch, seq, heads * d].
+Value merge_heads(Value o, int64_t heads, int64_t head_dim);
+// Grouped-query attention over the cache: q [batch, heads, seq, d], k and v [batch, kv_heads,
+// total, d]; the rep = heads / kv_heads query heads of one kv head are rows of one matmul, so K
+// and V are never repeated. Returns the merged heads [batch, seq, heads * d].
+Value grouped_attention(Graph& g, SharedInputs& shared, Value q, Value k, Value v,
+                        const AttentionCore& core, int64_t heads, int64_t kv_heads);
+
+// The checkpoint names of an attention block's weights, below the mixer's path.
+struct AttentionNames {
+  std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj";
+  std::string qkv;  // non-empty: one fused projection [q | k | v] under this name (Phi-3)
+  std::string q_norm = "q_norm", k_norm = "k_norm";
+};
+
+// Multi-head / grouped-query attention with a dynamic key/value cache (transformers' eager
+// semantics): optional q/k norms (cfg.qk_norm: per head, or over the whole projection), the
+// layer's rope (cfg.sliding_rope on sliding layers when the config has one, partial rotary),
+// soft-capping, the layer's sliding window. With output_gate, q_proj yields per head
+// [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
+// The cache is "key" and "value" [batch, kv_heads, past, head_dim].
+class Attention : public TokenMixer {
+ public:
+  Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
+            const AttentionNames& names = {}, bool output_gate = false);
+  Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                CacheMap& present) const override;
+  std::vector<CacheEntry> cache_entries(DType act) const override;
+
+  int64_t heads, kv_heads, head_dim, hidden;
+  AttentionCore core;
+  bool output_gate = false;
+  std::string qk_norm;  // none | head | full
+  RopeConfig rope;
+  const Linear* q_proj = nullptr;
+  const Linear* k_proj = nullptr;
+  const Linear* v_proj = nullptr;
+  const Linear* qkv_proj = nullptr;  // fused, instead of q/k/v_proj
+  const Linear* o_proj;
+  const RMSNorm* q_norm = nullptr;
+  const RMSNorm* k_norm = nullptr;
+};
+
+}  // namespace mobius::nn

@@ -1,0 +1,197 @@
+// mobius/sdk/decoder.hpp - the decoder as a table: a DecoderSpec says where the norms go, which
+// norm, which mixer and feed-forward each layer has and what every tensor is called; one
+// DecoderLayer, TextModel and CausalLMModel build any spec. Then the text-generation task.
+//
+// A llama-like family is a spec with the defaults; a family that differs only in names or
+// constants is a spec value, not a class. A layer that is really new derives from
+// DecoderLayerBase (docs/writing-a-plugin.md, "a decoder layer of your own").
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mobius/sdk/attention.hpp"
+#include "mobius/sdk/feed_forward.hpp"
+
+namespace mobius::nn {
+
+// Where a layer's norms are:
+//   Pre      h + mixer(input_layernorm(h)), then h + ff(post_attention_layernorm(h))  (Llama)
+//   Post     h + post_attention_layernorm(mixer(h)), then h + post_feedforward_layernorm(ff(h))
+//            (OLMo-2)
+//   Sandwich h + post_attention_layernorm(mixer(input_layernorm(h))), then
+//            h + post_feedforward_layernorm(ff(pre_feedforward_layernorm(h)))  (Gemma 2/3)
+// Each sub-block's output is multiplied by cfg.residual_multiplier (Granite) before the add.
+enum class NormPlacement { Pre, Post, Sandwich };
+
+// Every checkpoint tensor name of a decoder: the text model's path, the modules below it and
+// their weights. The defaults are Hugging Face's Llama names.
+struct TensorNames {
+  std::string text_path = "model";  // the decoder stack ("model.language_model" in composites)
+  std::string embed = "embed_tokens", layers = "layers", final_norm = "norm";
+  std::string lm_head = "lm_head";  // at the root, outside text_path; tied when the config says
+  std::string input_norm = "input_layernorm";
+  std::string post_attention_norm = "post_attention_layernorm";
+  std::string pre_feedforward_norm = "pre_feedforward_layernorm";
+  std::string post_feedforward_norm = "post_feedforward_layernorm";
+  std::string mixer = "self_attn";
+  // The mixer's name on layers of a given cfg.layer_types entry, where it differs from `mixer`
+  // (Qwen3.5: "linear_attention" -> "linear_attn").
+  std::map<std::string, std::string> mixer_by_layer_type;
+  AttentionNames attention;
+  std::string feed_forward = "mlp";
+  MLPNames mlp;
+};
+
+struct DecoderSpec;
+using MixerFactory = std::function<std::unique_ptr<TokenMixer>(
+    const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec)>;
+using FeedForwardFactory = std::function<std::unique_ptr<FeedForward>(
+    const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec)>;
+
+struct DecoderSpec {
+  NormPlacement placement = NormPlacement::Pre;
+  NormKind norm = NormKind::RMS;  // every norm of the model, q/k norms included
+  TensorNames names;
+  // The token mixer of each layer; empty: attention_mixer(). See mixer_by_layer_type.
+  MixerFactory mixer;
+  // The feed-forward of each layer; empty: gated_mlp(). moe.hpp's moe_or_dense() picks the
+  // sparse MoE on the layers cfg.moe says, the dense MLP elsewhere.
+  FeedForwardFactory feed_forward;
+  // Checkpoint tensors (globs) the model knowingly does not read, beside the rotary tables, a
+  // tied lm_head and the multi-token-prediction layers the SDK leaves out itself.
+  std::vector<std::string> ignored;
+  // Rows of position_ids a runtime feeds (CausalLM::position_id_rows); empty: 1.
+  std::function<int(const std::string& runtime)> position_id_rows;
+
+  NormFactory norm_factory() const { return nn::norm_factory(norm); }
+};
+
+// Mixers and feed-forwards by name, for DecoderSpec.
+MixerFactory attention_mixer(bool output_gate = false);
+// The mixer named by cfg.layer_types[layer] ("full_attention", "sliding_attention",
+// "linear_attention", ...); a layer type missing from the map is an error naming it.
+MixerFactory mixer_by_layer_type(std::map<std::string, MixerFactory> by_type);
+FeedForwardFactory gated_mlp();
+
+// A decoder layer as the causal-LM model drives it.
+class DecoderLayerBase : public Module {
+ public:
+  virtual Value forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
+                        CacheMap& present) const = 0;
+  virtual std::vector<CacheEntry> cache_entries(DType act) const = 0;
+};
+
+// The layer every spec builds: norms per spec.placement around spec.mixer and
+// spec.feed_forward.
+class DecoderLayer : public DecoderLayerBase {
+ public:
+  DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec);
+  Value forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
+                CacheMap& present) const override;
+  std::vector<CacheEntry> cache_entries(DType act) const override;
+
+  NormPlacement placement;
+  double residual_multiplier = 1.0;
+  const RMSNorm* input_layernorm = nullptr;           // Pre, Sandwich
+  const TokenMixer* mixer;
+  const RMSNorm* post_attention_layernorm;            // all (Pre: the norm before the ff)
+  const RMSNorm* pre_feedforward_layernorm = nullptr;  // Sandwich
+  const FeedForward* feed_forward;
+  const RMSNorm* post_feedforward_layernorm = nullptr;  // Post, Sandwich
+};
+
+using LayerFactory =
+    std::function<std::unique_ptr<DecoderLayerBase>(const ArchitectureConfig&, int64_t layer)>;
+
+// The decoder stack: embed_tokens, layers.<i>, norm (under spec.names.text_path).
+class TextModel : public Module {
+ public:
+  TextModel(const ArchitectureConfig& cfg, const DecoderSpec& spec);
+  // With layers of your own (DecoderLayerBase), named as spec.names says.
+  TextModel(const ArchitectureConfig& cfg, const DecoderSpec& spec, const LayerFactory& layers);
+  // Hidden states [batch, seq, hidden] after the final norm.
+  Value forward(Graph& g, SharedInputs& shared, const std::vector<CacheMap>& past,
+                std::vector<CacheMap>& present) const;
+  // Looked-up embeddings (times cfg.embedding_multiplier) in the activation dtype.
+  virtual Value embed(Graph& g, SharedInputs& shared) const;
+  // Checks the config against the checkpoint's headers, when the build has a checkpoint, before
+  // forward() builds anything: the embedding's shape against vocab_size and hidden_size, and the
+  // layer count. A parameter every layer declares (the first, by name, that layer 0 has in the
+  // checkpoint) must exist for layer num_hidden_layers - 1 and must not for layer
+  // num_hidden_layers (after the cfg.num_nextn_predict_layers multi-token-prediction layers some
+  // families keep there). Throws "[config] ..." naming the key and the tensor it looked for.
+  // forward() calls it.
+  void check_checkpoint(BuildContext& ctx) const;
+
+  ArchitectureConfig cfg;
+  std::string layer_prefix;  // "layers."
+  const Embedding* embed_tokens;
+  std::vector<const DecoderLayerBase*> layers;
+  const RMSNorm* norm;
+};
+
+// What the text-generation task feeds a model and collects from it.
+struct TextGenInputs {
+  Value input_ids, attention_mask, position_ids;
+  std::vector<CacheMap> past;  // per layer
+};
+struct TextGenOutputs {
+  Value logits;                   // [batch, seq, vocab] float32
+  std::vector<CacheMap> present;  // per layer, same names as past
+};
+
+// A model the text-generation task can drive.
+class CausalLM : public Module {
+ public:
+  virtual std::vector<std::vector<CacheEntry>> cache_layout(DType act) const = 0;
+  virtual TextGenOutputs forward(Graph& g, const TextGenInputs& in) const = 0;
+  // Checkpoint tensors (globs) the model knowingly does not read; the task declares them.
+  virtual std::vector<std::string> ignored_tensors() const { return {}; }
+  // Rows of position_ids `runtime` feeds this model: 1 ([batch, seq]), or 3 ([3, batch, seq]:
+  // the temporal, height and width rows of multimodal rope, which are equal for text; the task
+  // passes the first row on as TextGenInputs::position_ids).
+  virtual int position_id_rows(const std::string& runtime) const {
+    (void)runtime;
+    return 1;
+  }
+};
+
+// TextModel + lm_head (tied to the embeddings when the config says so), logits divided by
+// cfg.logits_scaling and soft-capped as the config asks.
+class CausalLMModel : public CausalLM {
+ public:
+  CausalLMModel(const ArchitectureConfig& cfg, const DecoderSpec& spec = {});
+  CausalLMModel(const ArchitectureConfig& cfg, const DecoderSpec& spec, const LayerFactory& layers);
+  std::vector<std::vector<CacheEntry>> cache_layout(DType act) const override;
+  TextGenOutputs forward(Graph& g, const TextGenInputs& in) const override;
+  // Rotary tables some checkpoints carry (recomputed in the graph), a tied lm_head, the
+  // multi-token-prediction layers, and spec.ignored.
+  std::vector<std::string> ignored_tensors() const override;
+  int position_id_rows(const std::string& runtime) const override;
+
+  ArchitectureConfig cfg;
+  DecoderSpec spec;
+  const TextModel* model;
+  const Linear* lm_head;
+};
+
+// The names a runtime feeds and reads layer `layer`'s cache tensor `kind` (CacheEntry::name) by:
+// past_key_values.<layer>.<kind> and present.<layer>.<kind>, except for transformers.js, which
+// names Gated DeltaNet states past_conv.<layer> / past_recurrent.<layer> (present_conv...,
+// present_recurrent...) and feeds any other single cache tensor, such as an MLA latent, as
+// past_key_values.<layer>.key.
+struct CacheIoNames {
+  std::string past, present;
+};
+CacheIoNames cache_io_names(const std::string& runtime, size_t layer, const std::string& kind);
+
+// The text-generation task: declares the graph I/O of DESIGN.md ("Graph I/O") with the names of
+// the build's runtime (cache_io_names, CausalLM::position_id_rows), runs the model, names the
+// outputs, and declares the model's ignored checkpoint tensors; logits are float32.
+void build_text_generation(BuildContext& ctx, const CausalLM& model);
+
+}  // namespace mobius::nn

@@ -1,0 +1,119 @@
+// mobius/sdk/layers.hpp - the building blocks every decoder part uses: Linear, Embedding, the
+// norms, activations, rotary tables and their application, and the values shared by all layers of
+// one graph (masks, rope tables).
+//
+// Parameter names equal the Hugging Face checkpoint's tensor names (dotted module paths), so a
+// component's weights bind without a name table. Values flowing between components are in the
+// activation dtype (see activation_dtype); norms and softmax compute in float32 as transformers
+// does and cast back.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mobius/sdk/config.hpp"
+#include "mobius/sdk/module.hpp"
+#include "mobius/sdk/ops.hpp"
+
+namespace mobius::nn {
+
+// The dtype activations and the KV cache use: the weight dtype for f32/f16; float32 for bf16
+// (ONNX Runtime's CPU kernels do not compute in bfloat16).
+DType activation_dtype(BuildContext& ctx);
+
+// One cache tensor of a layer, e.g. {"key", [batch_size, kv_heads, past_sequence_length, head_dim]}.
+struct CacheEntry {
+  std::string name;
+  DType dtype;
+  std::vector<Dim> dims;
+};
+
+// Values computed once per graph and shared by every layer that needs them (masks, rope tables),
+// so a model's graph holds one copy of each, not one per layer.
+class SharedInputs {
+ public:
+  SharedInputs(Graph& g, Value input_ids, Value attention_mask, Value position_ids, DType act);
+  Value input_ids, attention_mask, position_ids;
+  DType act;
+  // Additive float32 mask [batch, 1, rep*seq, total]: 0 where key slot j is visible to query
+  // slot i (causal, not padding, and within `window` when window > 0), finfo(float32).min
+  // elsewhere. Rows repeat `rep` times so grouped queries of one kv head share one matmul.
+  Value attention_bias(int64_t window, int64_t rep);
+  // Boolean [batch, 1, seq, total]: true where key slot j is visible to query slot i.
+  Value visible(int64_t window);
+  // The rotary tables of `rope` over `rotary_dim` dims, as cos and sin [batch, 1, seq, width],
+  // attention scaling applied, built once per graph, rope and layout (the one rope-table builder
+  // of the SDK). full_width: the angles repeated for rotate_half's two halves (one per pair when
+  // the rope is interleaved), in the activation dtype, for apply_rope; otherwise one angle per
+  // rotated pair in float32.
+  std::pair<Value, Value> rope_tables(const RopeConfig& rope, int64_t rotary_dim, bool full_width);
+  // rope_tables over a head of head_dim: its first head_dim * partial_rotary_factor dims (even).
+  std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
+  // Boolean [batch, seq]: true at real (non-padding) query positions.
+  Value query_is_real();
+  // A cache of arbitrary shared values, keyed by the caller.
+  std::map<std::string, Value> memo;
+
+ private:
+  Graph& g_;
+  std::map<std::string, Value> cache_;
+};
+
+// Softmax scaling factor and inverse frequencies for a rope config (as transformers computes).
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t rotary_dim, double* attention_scaling);
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias);
+  Value forward(Graph& g, Value x) const;
+  int64_t in_features, out_features;
+  bool has_bias;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim);
+  Value forward(Graph& g, Value ids, DType act) const;
+  int64_t vocab, dim;
+};
+
+// y = w * (x * rsqrt(mean(x^2) + eps)), in float32, cast back to x's dtype before the weight
+// multiply (LlamaRMSNorm).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(int64_t dim, double eps);
+  virtual Value forward(Graph& g, Value x) const;
+  int64_t dim;
+  double eps;
+
+ protected:
+  Value normalized_f32(Graph& g, Value x) const;  // x * rsqrt(mean(x^2) + eps) in float32
+};
+
+// y = (1 + w) * normalized(x), all in float32, cast back after (Gemma's norm). The offset lives
+// here, so decoder layers never ask which norm they hold.
+class OffsetRMSNorm : public RMSNorm {
+ public:
+  using RMSNorm::RMSNorm;
+  Value forward(Graph& g, Value x) const override;
+};
+
+// The norm a family uses everywhere (layer norms, q/k norms, the final norm).
+enum class NormKind { RMS, OffsetRMS };
+using NormFactory = std::function<std::unique_ptr<RMSNorm>(int64_t dim, double eps)>;
+NormFactory norm_factory(NormKind kind);
+NormFactory rms_norm_factory();
+NormFactory offset_rms_norm_factory();
+
+// Applies rotary embeddings to x [batch, heads, seq, head_dim] over its first cos.dim(-1) dims.
+Value apply_rope(Value x, Value cos, Value sin, bool interleaved = false);
+// Activation functions by their Hugging Face names (silu, gelu, gelu_pytorch_tanh, relu, ...).
+Value activation(const std::string& name, Value x);
+// Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
+void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
+
+}  // namespace mobius::nn

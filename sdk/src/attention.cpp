@@ -1,0 +1,126 @@
+// attention.cpp - the attention core and Attention (attention.hpp), eager-attention semantics.
+#include "mobius/sdk/attention.hpp"
+
+#include <cmath>
+
+namespace mobius::nn {
+
+using namespace mobius::op;
+
+Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const AttentionCore& core,
+                      int64_t rep) {
+  Value scores = Mul(MatMul(q, Transpose(k, {0, 1, 3, 2})), ScalarLike(q, core.scale));
+  scores = Cast(scores, DType::Float);
+  if (core.softcap > 0) {
+    Value cap = Scalar(g, DType::Float, core.softcap);
+    scores = Mul(Tanh(Div(scores, cap)), cap);
+  }
+  scores = Add(scores, shared.attention_bias(core.window, rep));
+  return Cast(Softmax(scores, -1), q.dtype());
+}
+
+Value merge_heads(Value o, int64_t heads, int64_t head_dim) {
+  return Reshape(Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});
+}
+
+Value grouped_attention(Graph& g, SharedInputs& shared, Value q, Value k, Value v,
+                        const AttentionCore& core, int64_t heads, int64_t kv_heads) {
+  const int64_t rep = heads / kv_heads;
+  const Dim& d = q.dim(-1);
+  const Dim& dv = v.dim(-1);
+  if (!d.is_static() || !dv.is_static()) throw Error("[attention] head dims must be static");
+  Value qg = rep > 1 ? Reshape(q, {0, kv_heads, -1, d.size}) : q;
+  Value o = MatMul(attention_probs(g, shared, qg, k, core, rep), v);  // [b, kv, rep*seq, dv]
+  if (rep > 1) o = Reshape(o, {0, heads, -1, dv.size});
+  return merge_heads(o, heads, dv.size);
+}
+
+Attention::Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
+                     const AttentionNames& names, bool gate)
+    : heads(cfg.num_attention_heads),
+      kv_heads(cfg.num_key_value_heads),
+      head_dim(cfg.head_dim),
+      hidden(cfg.hidden_size),
+      output_gate(gate),
+      qk_norm(cfg.qk_norm),
+      rope(cfg.has_sliding_rope && cfg.is_sliding(layer) ? cfg.sliding_rope : cfg.rope) {
+  core.scale = cfg.attention_multiplier > 0 ? cfg.attention_multiplier
+                                            : 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
+  core.softcap = cfg.attn_logit_softcapping;
+  core.window = cfg.is_sliding(layer) ? cfg.sliding_window : 0;
+  const int64_t q_out = heads * head_dim * (output_gate ? 2 : 1);
+  if (!names.qkv.empty()) {
+    if (output_gate) throw Error("[attention] a fused qkv projection has no output gate");
+    qkv_proj = &add<Linear>(names.qkv, hidden, q_out + 2 * kv_heads * head_dim, cfg.qkv_bias);
+  } else {
+    q_proj = &add<Linear>(names.q, hidden, q_out, cfg.qkv_bias);
+    k_proj = &add<Linear>(names.k, hidden, kv_heads * head_dim, cfg.qkv_bias);
+    v_proj = &add<Linear>(names.v, hidden, kv_heads * head_dim, cfg.qkv_bias);
+  }
+  o_proj = &add<Linear>(names.o, heads * head_dim, hidden, cfg.o_bias);
+  if (qk_norm == "head" || qk_norm == "full") {
+    bool full = qk_norm == "full";
+    auto qn = norm(full ? heads * head_dim : head_dim, cfg.rms_norm_eps);
+    auto kn = norm(full ? kv_heads * head_dim : head_dim, cfg.rms_norm_eps);
+    q_norm = qn.get();
+    k_norm = kn.get();
+    attach(names.q_norm, std::move(qn));
+    attach(names.k_norm, std::move(kn));
+  } else if (qk_norm != "none") {
+    throw Error("[attention] unknown qk_norm '" + qk_norm + "'");
+  }
+}
+
+std::vector<CacheEntry> Attention::cache_entries(DType act) const {
+  std::vector<Dim> dims{Dim("batch_size"), Dim(kv_heads), Dim("past_sequence_length"), Dim(head_dim)};
+  return {{"key", act, dims}, {"value", act, dims}};
+}
+
+Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
+                         CacheMap& present) const {
+  ScopeGuard s(g, path());
+  Value q, k, v, gate;
+  if (qkv_proj) {
+    auto parts = Split(qkv_proj->forward(g, x),
+                       {heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    q = q_proj->forward(g, x);
+    k = k_proj->forward(g, x);
+    v = v_proj->forward(g, x);
+  }
+  if (output_gate) {
+    // The checkpoint interleaves per head: [query_h | gate_h] for h = 0 .. heads-1.
+    auto parts = Split(Reshape(q, {0, 0, heads, 2 * head_dim}), {head_dim, head_dim}, -1);
+    q = parts[0];  // [batch, seq, heads, head_dim]
+    gate = Reshape(parts[1], {0, 0, heads * head_dim});
+  }
+  if (qk_norm == "full") {
+    q = q_norm->forward(g, q);
+    k = k_norm->forward(g, k);
+  }
+  if (!output_gate) q = Reshape(q, {0, 0, heads, head_dim});
+  k = Reshape(k, {0, 0, kv_heads, head_dim});
+  v = Reshape(v, {0, 0, kv_heads, head_dim});
+  if (qk_norm == "head") {
+    q = q_norm->forward(g, q);
+    k = k_norm->forward(g, k);
+  }
+  q = Transpose(q, {0, 2, 1, 3});  // [batch, heads, seq, head_dim]
+  k = Transpose(k, {0, 2, 1, 3});
+  v = Transpose(v, {0, 2, 1, 3});
+  auto [cos, sin] = shared.rope(rope, head_dim);  // over the first rotary_dim dims only
+  q = apply_rope(q, cos, sin, rope.interleaved);
+  k = apply_rope(k, cos, sin, rope.interleaved);
+  k = Concat({past.at("key"), k}, 2);  // [batch, kv_heads, total, head_dim]
+  v = Concat({past.at("value"), v}, 2);
+  present["key"] = k;
+  present["value"] = v;
+  Value o = grouped_attention(g, shared, q, k, v, core, heads, kv_heads);
+  if (output_gate) o = Mul(o, Sigmoid(gate));
+  return o_proj->forward(g, o);
+}
+
+}  // namespace mobius::nn

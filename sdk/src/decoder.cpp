@@ -1,0 +1,313 @@
+// decoder.cpp - the decoder spec's layer and models, and the text-generation task (decoder.hpp).
+#include "mobius/sdk/decoder.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <iterator>
+#include <set>
+
+namespace mobius::nn {
+
+using namespace mobius::op;
+
+namespace {
+
+// Multi-token-prediction layers a checkpoint keeps after the decoder's (num_nextn_predict_layers).
+int64_t mtp_layers(const ArchitectureConfig& cfg) {
+  return std::clamp<int64_t>(cfg.num_nextn_predict_layers, 0, 1 << 20);
+}
+
+}  // namespace
+
+MixerFactory attention_mixer(bool output_gate) {
+  return [output_gate](const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec) {
+    return std::make_unique<Attention>(cfg, layer, spec.norm_factory(), spec.names.attention,
+                                       output_gate);
+  };
+}
+
+MixerFactory mixer_by_layer_type(std::map<std::string, MixerFactory> by_type) {
+  return [by_type = std::move(by_type)](const ArchitectureConfig& cfg, int64_t layer,
+                                        const DecoderSpec& spec) {
+    const auto i = static_cast<size_t>(layer);
+    const std::string type = i < cfg.layer_types.size() ? cfg.layer_types[i] : "full_attention";
+    auto it = by_type.find(type);
+    if (it == by_type.end())
+      throw Error("[config] 'layer_types' has '" + type + "' for layer " + std::to_string(layer) +
+                  ", which " + cfg.model_type + " does not build");
+    return it->second(cfg, layer, spec);
+  };
+}
+
+FeedForwardFactory gated_mlp() {
+  return [](const ArchitectureConfig& cfg, int64_t, const DecoderSpec& spec) {
+    return std::make_unique<GatedMLP>(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias,
+                                      cfg.hidden_act, spec.names.mlp);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The layer
+
+DecoderLayer::DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec)
+    : placement(spec.placement), residual_multiplier(cfg.residual_multiplier) {
+  const TensorNames& n = spec.names;
+  const NormFactory make_norm = spec.norm_factory();
+  auto norm = [&](const std::string& name) {
+    auto m = make_norm(cfg.hidden_size, cfg.rms_norm_eps);
+    const RMSNorm* p = m.get();
+    attach(name, std::move(m));
+    return p;
+  };
+  if (placement != NormPlacement::Post) input_layernorm = norm(n.input_norm);
+  auto mx = spec.mixer ? spec.mixer(cfg, layer, spec) : attention_mixer()(cfg, layer, spec);
+  mixer = mx.get();
+  const auto i = static_cast<size_t>(layer);
+  auto renamed = i < cfg.layer_types.size() ? n.mixer_by_layer_type.find(cfg.layer_types[i])
+                                            : n.mixer_by_layer_type.end();
+  attach(renamed != n.mixer_by_layer_type.end() ? renamed->second : n.mixer, std::move(mx));
+  post_attention_layernorm = norm(n.post_attention_norm);
+  if (placement == NormPlacement::Sandwich) pre_feedforward_layernorm = norm(n.pre_feedforward_norm);
+  auto ff = spec.feed_forward ? spec.feed_forward(cfg, layer, spec) : gated_mlp()(cfg, layer, spec);
+  feed_forward = ff.get();
+  attach(n.feed_forward, std::move(ff));
+  if (placement != NormPlacement::Pre) post_feedforward_layernorm = norm(n.post_feedforward_norm);
+}
+
+std::vector<CacheEntry> DecoderLayer::cache_entries(DType act) const {
+  return mixer->cache_entries(act);
+}
+
+Value DecoderLayer::forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
+                            CacheMap& present) const {
+  ScopeGuard s(g, path());
+  auto scaled = [&](Value v) {
+    return residual_multiplier == 1.0 ? v : Mul(v, ScalarLike(v, residual_multiplier));
+  };
+  auto maybe = [&](const RMSNorm* n, Value v) { return n ? n->forward(g, v) : v; };
+  const bool pre = placement == NormPlacement::Pre;
+  // Pre: the norm before the feed-forward is post_attention_layernorm (transformers' name).
+  Value a = mixer->forward(g, maybe(input_layernorm, h), shared, past, present);
+  h = Add(h, scaled(pre ? a : post_attention_layernorm->forward(g, a)));
+  Value m = feed_forward->forward(
+      g, pre ? post_attention_layernorm->forward(g, h) : maybe(pre_feedforward_layernorm, h));
+  return Add(h, scaled(maybe(post_feedforward_layernorm, m)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+TextModel::TextModel(const ArchitectureConfig& c, const DecoderSpec& spec)
+    : TextModel(c, spec, [&spec](const ArchitectureConfig& lc, int64_t i) {
+        return std::make_unique<DecoderLayer>(lc, i, spec);
+      }) {}
+
+TextModel::TextModel(const ArchitectureConfig& c, const DecoderSpec& spec, const LayerFactory& make_layer)
+    : cfg(c) {
+  const TensorNames& n = spec.names;
+  layer_prefix = n.layers + ".";
+  embed_tokens = &add<Embedding>(n.embed, cfg.vocab_size, cfg.hidden_size);
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    auto l = make_layer(cfg, i);
+    layers.push_back(l.get());
+    attach(n.layers + "." + std::to_string(i), std::move(l));
+  }
+  auto fn = spec.norm_factory()(cfg.hidden_size, cfg.rms_norm_eps);
+  norm = fn.get();
+  attach(n.final_norm, std::move(fn));
+}
+
+Value TextModel::embed(Graph& g, SharedInputs& shared) const {
+  Value e = embed_tokens->forward(g, shared.input_ids, shared.act);
+  if (cfg.embedding_multiplier != 1.0) e = Mul(e, ScalarLike(e, cfg.embedding_multiplier));
+  return e;
+}
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void TextModel::check_checkpoint(BuildContext& ctx) const {
+  const std::string emb = embed_tokens->full_name("weight");
+  if (auto e = ctx.query_tensor(emb); e && e->dims.size() == 2) {
+    if (e->dims[0] != embed_tokens->vocab)
+      throw Error("[config] 'vocab_size' is " + std::to_string(embed_tokens->vocab) +
+                  ", but the checkpoint's '" + emb + "' has " + std::to_string(e->dims[0]) +
+                  " rows (shape " + shape_text(e->dims) + ")");
+    if (e->dims[1] != embed_tokens->dim)
+      throw Error("[config] 'hidden_size' is " + std::to_string(embed_tokens->dim) +
+                  ", but the checkpoint's '" + emb + "' has " + std::to_string(e->dims[1]) +
+                  " columns (shape " + shape_text(e->dims) + ")");
+  }
+  if (layers.empty()) return;
+  // The parameter names (below the layer) that every layer declares: layers may differ (dense
+  // and MoE MLPs, linear and full attention, with or without an input norm).
+  std::set<std::string> common;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string prefix = layers[i]->path() + ".";
+    std::set<std::string> mine;
+    for (const auto& [full, spec] : layers[i]->parameters())
+      if (spec.source.empty() && full.rfind(prefix, 0) == 0) mine.insert(full.substr(prefix.size()));
+    if (i == 0) {
+      common = std::move(mine);
+    } else {
+      for (auto it = common.begin(); it != common.end();)
+        it = mine.count(*it) ? std::next(it) : common.erase(it);
+    }
+    if (common.empty()) return;
+  }
+  // The first of them that layer 0 has in the checkpoint; none when there is no checkpoint
+  // (or its layers are stored under other names, which the weight plan reports).
+  std::string probe;
+  for (const auto& rel : common)
+    if (ctx.query_tensor(layers.front()->path() + "." + rel)) {
+      probe = rel;
+      break;
+    }
+  if (probe.empty()) return;
+  auto tensor = [&](int64_t i) { return full_name(layer_prefix + std::to_string(i)) + "." + probe; };
+  auto exists = [&](int64_t i) { return ctx.query_tensor(tensor(i)).has_value(); };
+  const auto n = static_cast<int64_t>(layers.size());
+  if (!exists(n - 1)) {
+    // How many layers the checkpoint holds: the first missing one, by bisection.
+    int64_t lo = 1, hi = n - 1;  // layer lo - 1 exists, layer hi does not
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (exists(mid)) lo = mid + 1;
+      else hi = mid;
+    }
+    throw Error("[config] 'num_hidden_layers' is " + std::to_string(n) +
+                ", but the checkpoint has no tensor '" + tensor(n - 1) + "': it holds " +
+                std::to_string(lo) + (lo == 1 ? " layer" : " layers") + " (" +
+                full_name(layer_prefix + "0") + " to " +
+                full_name(layer_prefix + std::to_string(lo - 1)) + ")");
+  }
+  const int64_t trailing = mtp_layers(cfg);  // stored after the decoder's layers
+  if (exists(n + trailing))
+    throw Error("[config] 'num_hidden_layers' is " + std::to_string(n) +
+                ", but the checkpoint has more layers: it holds '" + tensor(n + trailing) + "'");
+}
+
+Value TextModel::forward(Graph& g, SharedInputs& shared,
+                         const std::vector<std::map<std::string, Value>>& past,
+                         std::vector<std::map<std::string, Value>>& present) const {
+  check_checkpoint(g.context());
+  Value h = embed(g, shared);
+  present.resize(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) h = layers[i]->forward(g, h, shared, past.at(i), present[i]);
+  return norm->forward(g, h);
+}
+
+CausalLMModel::CausalLMModel(const ArchitectureConfig& c, const DecoderSpec& s)
+    : CausalLMModel(c, s, [this](const ArchitectureConfig& lc, int64_t i) {
+        return std::make_unique<DecoderLayer>(lc, i, spec);
+      }) {}
+
+CausalLMModel::CausalLMModel(const ArchitectureConfig& c, const DecoderSpec& s,
+                             const LayerFactory& layers)
+    : cfg(c), spec(s) {
+  auto m = std::make_unique<TextModel>(cfg, spec, layers);
+  model = m.get();
+  attach(spec.names.text_path, std::move(m));
+  auto& head = add<Linear>(spec.names.lm_head, cfg.hidden_size, cfg.vocab_size, false);
+  if (cfg.tie_word_embeddings) head.tie("weight", model->embed_tokens->full_name("weight"));
+  lm_head = &head;
+}
+
+std::vector<std::string> CausalLMModel::ignored_tensors() const {
+  std::vector<std::string> out{"*.rotary_emb.inv_freq"};
+  if (cfg.tie_word_embeddings) out.push_back(lm_head->full_name("weight"));
+  // Multi-token-prediction layers (DeepSeek-V3's layer 61) follow the decoder's layers in the
+  // checkpoint; transformers does not load them and neither does the exported graph.
+  for (int64_t i = cfg.num_hidden_layers; i < cfg.num_hidden_layers + mtp_layers(cfg); ++i)
+    out.push_back(model->full_name(spec.names.layers + "." + std::to_string(i)) + ".*");
+  out.insert(out.end(), spec.ignored.begin(), spec.ignored.end());
+  return out;
+}
+
+int CausalLMModel::position_id_rows(const std::string& runtime) const {
+  return spec.position_id_rows ? spec.position_id_rows(runtime) : 1;
+}
+
+std::vector<std::vector<CacheEntry>> CausalLMModel::cache_layout(DType act) const {
+  std::vector<std::vector<CacheEntry>> out;
+  for (const auto* l : model->layers) out.push_back(l->cache_entries(act));
+  return out;
+}
+
+TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
+  SharedInputs shared(g, in.input_ids, in.attention_mask, in.position_ids,
+                      activation_dtype(g.context()));
+  TextGenOutputs out;
+  Value h = model->forward(g, shared, in.past, out.present);
+  ScopeGuard s(g, "lm_head");
+  Value logits = Cast(lm_head->forward(g, h), DType::Float);
+  if (cfg.logits_scaling != 1.0) logits = Div(logits, Scalar(g, DType::Float, cfg.logits_scaling));
+  if (cfg.final_logit_softcapping > 0) {
+    Value cap = Scalar(g, DType::Float, cfg.final_logit_softcapping);
+    logits = Mul(Tanh(Div(logits, cap)), cap);
+  }
+  out.logits = logits;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The text-generation task
+
+CacheIoNames cache_io_names(const std::string& runtime, size_t layer, const std::string& kind) {
+  const std::string n = std::to_string(layer);
+  if (runtime == "transformers.js") {
+    // transformers.js (configs.js getCacheNames, modeling_utils.js getPastKeyValues) turns
+    // present_conv / present_recurrent / present into past_conv / past_recurrent /
+    // past_key_values, and takes the past length from the first past_key_values.* tensor's
+    // second-to-last axis.
+    if (kind == "conv_state") return {"past_conv." + n, "present_conv." + n};
+    if (kind == "recurrent_state") return {"past_recurrent." + n, "present_recurrent." + n};
+    if (kind == "latent") return {"past_key_values." + n + ".key", "present." + n + ".key"};
+  }
+  return {"past_key_values." + n + "." + kind, "present." + n + "." + kind};
+}
+
+void build_text_generation(BuildContext& ctx, const CausalLM& model) {
+  for (const auto& glob : model.ignored_tensors()) ctx.ignore_tensors(glob);
+  Graph& g = ctx.graph();
+  DType act = activation_dtype(ctx);
+  const std::string runtime = ctx.runtime();
+  TextGenInputs in;
+  in.input_ids = g.input("input_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
+  in.attention_mask =
+      g.input("attention_mask", TensorType(DType::Int64, {"batch_size", "total_sequence_length"}));
+  const int rows = model.position_id_rows(runtime);
+  if (rows == 1) {
+    in.position_ids = g.input("position_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
+  } else {
+    Value pos = g.input("position_ids", TensorType(DType::Int64, {int64_t{rows}, "batch_size", "sequence_length"}));
+    in.position_ids = Squeeze(Slice(pos, {0}, {1}, {0}), {0});  // the temporal row
+  }
+  auto layout = model.cache_layout(act);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    auto& m = in.past.emplace_back();
+    for (const auto& e : layout[i])
+      m[e.name] = g.input(cache_io_names(runtime, i, e.name).past, TensorType(e.dtype, e.dims));
+  }
+  TextGenOutputs out = model.forward(g, in);
+  g.output(out.logits, "logits");
+  if (out.present.size() != layout.size())
+    throw Error("[text-generation] the model returned " + std::to_string(out.present.size()) +
+                " cache layers for " + std::to_string(layout.size()));
+  for (size_t i = 0; i < layout.size(); ++i)
+    for (const auto& e : layout[i]) {
+      auto it = out.present[i].find(e.name);
+      if (it == out.present[i].end())
+        throw Error("[text-generation] layer " + std::to_string(i) + " returned no present '" + e.name + "'");
+      g.output(it->second, cache_io_names(runtime, i, e.name).present);
+    }
+}
+
+}  // namespace mobius::nn

@@ -1,0 +1,338 @@
+// family_config.cpp - the decoder families' tables (one row per model type, with transformers'
+// defaults for it), the reader they share, and each family's checks (family_config.hpp).
+#include "mobius/sdk/family_config.hpp"
+
+#include <cmath>
+#include <initializer_list>
+
+#include "mobius/sdk/config.hpp"
+
+namespace mobius {
+
+namespace {
+
+// A family's spelling of its fields in config.json, where a key differs from the field's name.
+using Spelling = std::vector<std::pair<std::string, std::string>>;
+
+// The config.json key of `field`: the row's, else the family's spelling, else the field's name.
+std::string key_of(const std::string& field, const std::vector<FieldKey>* reads,
+                   const Spelling& family) {
+  if (reads)
+    for (const FieldKey& f : *reads)
+      if (f.field == field && !f.key.empty()) return f.key;
+  for (const auto& [f, k] : family)
+    if (f == field) return k;
+  return field;
+}
+
+// A family's checks, naming each field by its config.json key and reporting through the site's
+// reader when there is one.
+class Checker {
+ public:
+  Checker(const ConfigSite& site, const Spelling& family) : site_(site), family_(family) {}
+  std::string key(const std::string& field) const { return key_of(field, site_.reads, family_); }
+  std::string quoted(const std::string& field) const { return "'" + key(field) + "'"; }
+  [[noreturn]] void fail(const std::string& field, const std::string& why) const {
+    if (site_.reader) site_.reader->fail(key(field), why);
+    throw Error("[config] '" + key(field) + "' " + why);
+  }
+  // Within the key's SizeBound (a config built in code never went through ConfigReader).
+  void bounded(const std::string& field, int64_t v) const {
+    check_size_key(key(field), v, site_.reader ? site_.reader->where() : "");
+  }
+  // Every integer field of `fields` (a family config's JSON; lists: each entry) within its bound.
+  void all_bounded(const nlohmann::json& fields) const {
+    for (const auto& [field, v] : fields.items()) {
+      if (v.is_number_integer()) bounded(field, v.get<int64_t>());
+      if (v.is_array())
+        for (const auto& e : v)
+          if (e.is_number_integer()) bounded(field, e.get<int64_t>());
+    }
+  }
+  void positive(const std::string& field, int64_t v) const {
+    if (v <= 0) fail(field, "must be positive, got " + std::to_string(v));
+  }
+
+ private:
+  const ConfigSite& site_;
+  const Spelling& family_;
+};
+
+std::string joined(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : ", ") + v;
+  return out;
+}
+
+// `fields` (a family config's JSON, holding the row's defaults) with every field of `reads` read
+// from config.json: how is decided by the type of the field's default.
+nlohmann::json read_fields(const ConfigReader& r, const std::string& family_name,
+                           const std::string& model_type, nlohmann::json fields,
+                           const std::vector<FieldKey>& reads, const Spelling& family) {
+  using Type = nlohmann::json::value_t;
+  for (const FieldKey& f : reads) {
+    auto it = fields.find(f.field);
+    if (it == fields.end())
+      throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] the " + family_name + " row of '" +
+                                                model_type + "' reads '" + f.field +
+                                                "', which is not a field of the " + family_name +
+                                                " config");
+    nlohmann::json& v = *it;
+    const std::string key = key_of(f.field, &reads, family);
+    if (auto raw = r.raw().find(key); f.if_null && raw != r.raw().end() && raw->is_null()) {
+      v = *f.if_null;
+      continue;
+    }
+    switch (v.type()) {
+      case Type::boolean: v = r.get_bool(key, v.get<bool>()); break;
+      case Type::number_integer:
+      case Type::number_unsigned: v = r.get_int(key, v.get<int64_t>()); break;
+      case Type::number_float: v = r.get_double(key, v.get<double>()); break;
+      case Type::string: v = r.get_string(key, v.get<std::string>()); break;
+      case Type::array: v = r.get_ints(key, v.get<std::vector<int64_t>>()); break;
+      default:
+        throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] the " + family_name + " field '" + f.field +
+                                                  "' has no reader for its type");
+    }
+    if (!f.choices.empty() && v.is_string()) {
+      const std::string s = v.get<std::string>();
+      if (std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end())
+        r.fail(key, "has unknown value " + quote_value(s) + " for " + model_type + " (known: " +
+                        joined(f.choices) + ")");
+    }
+  }
+  return fields;
+}
+
+// The row of `model_type` in a family's table.
+template <class T>
+const FamilyRow<T>& row_of(const std::vector<FamilyRow<T>>& rows, const std::string& model_type,
+                           const std::string& family_name) {
+  for (const auto& row : rows)
+    if (row.model_type == model_type) return row;
+  throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] the " + family_name +
+                                            " table has no row for model type " +
+                                            quote_value(model_type));
+}
+
+template <class T>
+T read_row(const ConfigReader& r, const FamilyRow<T>& row, const std::string& family_name,
+           const Spelling& family) {
+  return read_fields(r, family_name, row.model_type, nlohmann::json(row.defaults), row.reads, family)
+      .template get<T>();
+}
+
+// Throws "'key' is required" for the first required key config.json lacks (or holds null).
+void check_required(const ConfigReader& r, const std::vector<FieldKey>& reads,
+                    const Spelling& family) {
+  for (const FieldKey& f : reads) {
+    const std::string key = key_of(f.field, &reads, family);
+    if (f.is_required && !r.has(key)) r.fail(key, "is required");
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Mixture of experts
+
+namespace {
+
+const Spelling kMoESpelling = {{"scoring", "scoring_func"}};
+
+// DeepSeek (configuration_deepseek_v2.py / configuration_deepseek_v3.py): an explicit null means
+// none for the expert counts (no routed experts: every layer dense) and one group for
+// n_group / topk_group, where an absent key takes the default. Every layer from
+// first_k_dense_replace on is MoE: transformers ignores moe_layer_freq (1 in every DeepSeek
+// checkpoint), decoder_sparse_step and mlp_only_layers.
+std::vector<FieldKey> deepseek_moe_reads(std::initializer_list<FieldKey> more) {
+  std::vector<FieldKey> reads = {"moe_intermediate_size",
+                                 FieldKey("n_routed_experts").null_is(0),
+                                 FieldKey("n_shared_experts").null_is(0),
+                                 FieldKey("num_experts_per_tok").null_is(0),
+                                 "first_k_dense_replace",
+                                 FieldKey("n_group").null_is(1),
+                                 FieldKey("topk_group").null_is(1),
+                                 "routed_scaling_factor"};
+  reads.insert(reads.end(), more);
+  return reads;
+}
+
+}  // namespace
+
+const std::vector<FamilyRow<MoEConfig>>& MoEConfig::rows() {
+  static const std::vector<FamilyRow<MoEConfig>> rows = {
+      // transformers fixes each version's router whatever scoring_func says. V2 scores with
+      // softmax and honours topk_method; it has no num_experts_per_tok default, and its router
+      // never renormalises (DeepSeek's own code did only when norm_topk_prob, which every V2
+      // checkpoint sets false).
+      {"deepseek_v2",
+       {.moe_intermediate_size = 1407, .n_routed_experts = 64, .n_shared_experts = 2,
+        .num_experts_per_tok = 0, .first_k_dense_replace = 0, .scoring = "softmax",
+        .topk_method = "greedy", .n_group = 1, .topk_group = 1, .norm_topk_prob = false,
+        .routed_scaling_factor = 1.0},
+       deepseek_moe_reads({FieldKey("num_experts_per_tok").null_is(0).required(),
+                           FieldKey("topk_method").one_of({"greedy", "group_limited_greedy"})})},
+      // V3: sigmoid scores with e_score_correction_bias and noaux_tc, whatever the config says.
+      {"deepseek_v3",
+       {.moe_intermediate_size = 2048, .n_routed_experts = 256, .n_shared_experts = 1,
+        .num_experts_per_tok = 8, .first_k_dense_replace = 3, .scoring = "sigmoid",
+        .topk_method = "noaux_tc", .n_group = 8, .topk_group = 4, .norm_topk_prob = true,
+        .routed_scaling_factor = 2.5},
+       deepseek_moe_reads({"norm_topk_prob"})},
+  };
+  return rows;
+}
+
+MoEConfig MoEConfig::read(const ConfigReader& r, const std::string& model_type) {
+  return read(r, row_of(rows(), model_type, "MoE"));
+}
+
+MoEConfig MoEConfig::read(const ConfigReader& r, const FamilyRow<MoEConfig>& row) {
+  MoEConfig m = read_row(r, row, "MoE", kMoESpelling);
+  // A dense config (no routed experts) need not state the routing keys.
+  if (m.n_routed_experts > 0) check_required(r, row.reads, kMoESpelling);
+  if (m.n_group == 0) m.n_group = 1;  // 0, like null: one group
+  if (m.topk_group == 0) m.topk_group = 1;
+  m.validate({&r, &row.reads});
+  return m;
+}
+
+void MoEConfig::validate(const ConfigSite& site) const {
+  const Checker c(site, kMoESpelling);
+  c.all_bounded(*this);
+  if (n_routed_experts < 0) c.fail("n_routed_experts", "must not be negative");
+  if (first_k_dense_replace < 0) c.fail("first_k_dense_replace", "must not be negative");
+  if (decoder_sparse_step <= 0)
+    c.fail("decoder_sparse_step", "must be positive, got " + std::to_string(decoder_sparse_step));
+  for (int64_t layer : mlp_only_layers)
+    if (layer < 0)
+      c.fail("mlp_only_layers", "must hold layer indices, got " + std::to_string(layer));
+  if (n_routed_experts == 0) return;
+  if (moe_intermediate_size <= 0) c.fail("moe_intermediate_size", "must be positive");
+  if (n_shared_experts < 0) c.fail("n_shared_experts", "must not be negative");
+  if (num_experts_per_tok <= 0 || num_experts_per_tok > n_routed_experts)
+    c.fail("num_experts_per_tok", "(" + std::to_string(num_experts_per_tok) +
+                                      ") must be between 1 and " + c.quoted("n_routed_experts") +
+                                      " (" + std::to_string(n_routed_experts) + ")");
+  if (scoring != "softmax" && scoring != "sigmoid")
+    c.fail("scoring", "has unknown value " + quote_value(scoring) + " (known: softmax, sigmoid)");
+  if (topk_method != "greedy" && topk_method != "group_limited_greedy" && topk_method != "noaux_tc")
+    c.fail("topk_method", "has unknown value " + quote_value(topk_method) +
+                              " (known: greedy, group_limited_greedy, noaux_tc)");
+  if (n_group <= 0 || n_routed_experts % n_group != 0)
+    c.fail("n_group", "(" + std::to_string(n_group) + ") must divide " +
+                          c.quoted("n_routed_experts") + " (" + std::to_string(n_routed_experts) +
+                          ")");
+  if (topk_group <= 0 || topk_group > n_group)
+    c.fail("topk_group", "(" + std::to_string(topk_group) + ") must be between 1 and " +
+                             c.quoted("n_group") + " (" + std::to_string(n_group) + ")");
+  if (topk_method == "noaux_tc" && n_group > 1 && topk_group < n_group &&
+      n_routed_experts / n_group < 2)
+    c.fail("n_group", "leaves fewer than 2 experts per group for noaux_tc's top-2 group score");
+  if (!std::isfinite(routed_scaling_factor)) c.fail("routed_scaling_factor", "must be finite");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-head latent attention
+
+namespace {
+
+const Spelling kMLASpelling = {};
+
+}  // namespace
+
+const std::vector<FamilyRow<MLAConfig>>& MLAConfig::rows() {
+  // DeepSeek: q_lora_rank null selects the plain q_proj (absent: the default rank).
+  static const std::vector<FieldKey> deepseek_reads = {
+      FieldKey("q_lora_rank").null_is(0), "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+      "v_head_dim", "attention_bias"};
+  static const std::vector<FamilyRow<MLAConfig>> rows = {
+      {"deepseek_v2",
+       {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+        .qk_rope_head_dim = 64, .v_head_dim = 128, .attention_bias = false},
+       deepseek_reads},
+      {"deepseek_v3",
+       {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+        .qk_rope_head_dim = 64, .v_head_dim = 128, .attention_bias = false},
+       deepseek_reads},
+  };
+  return rows;
+}
+
+MLAConfig MLAConfig::read(const ConfigReader& r, const std::string& model_type) {
+  return read(r, row_of(rows(), model_type, "MLA"));
+}
+
+MLAConfig MLAConfig::read(const ConfigReader& r, const FamilyRow<MLAConfig>& row) {
+  MLAConfig m = read_row(r, row, "MLA", kMLASpelling);
+  check_required(r, row.reads, kMLASpelling);
+  m.validate({&r, &row.reads});
+  return m;
+}
+
+void MLAConfig::validate(const ConfigSite& site) const {
+  const Checker c(site, kMLASpelling);
+  c.all_bounded(*this);
+  c.positive("kv_lora_rank", kv_lora_rank);
+  c.positive("qk_nope_head_dim", qk_nope_head_dim);
+  c.positive("qk_rope_head_dim", qk_rope_head_dim);
+  c.positive("v_head_dim", v_head_dim);
+  if (q_lora_rank < 0) c.fail("q_lora_rank", "must be positive or null");
+  if (qk_rope_head_dim % 2 != 0)
+    c.fail("qk_rope_head_dim", "must be even, got " + std::to_string(qk_rope_head_dim));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gated DeltaNet
+
+namespace {
+
+const Spelling kGatedDeltaNetSpelling = {{"num_k_heads", "linear_num_key_heads"},
+                                         {"num_v_heads", "linear_num_value_heads"},
+                                         {"k_head_dim", "linear_key_head_dim"},
+                                         {"v_head_dim", "linear_value_head_dim"},
+                                         {"conv_kernel", "linear_conv_kernel_dim"}};
+
+}  // namespace
+
+const std::vector<FamilyRow<GatedDeltaNetConfig>>& GatedDeltaNetConfig::rows() {
+  // Qwen3_5TextConfig (configuration_qwen3_5.py); qwen3_5 nests it as text_config.
+  static const std::vector<FieldKey> qwen35_reads = {"conv_kernel", "k_head_dim", "v_head_dim",
+                                                     "num_k_heads", "num_v_heads"};
+  static const GatedDeltaNetConfig qwen35 = {.num_k_heads = 16, .num_v_heads = 32,
+                                             .k_head_dim = 128, .v_head_dim = 128,
+                                             .conv_kernel = 4};
+  static const std::vector<FamilyRow<GatedDeltaNetConfig>> rows = {
+      {"qwen3_5_text", qwen35, qwen35_reads},
+      {"qwen3_5", qwen35, qwen35_reads},
+  };
+  return rows;
+}
+
+GatedDeltaNetConfig GatedDeltaNetConfig::read(const ConfigReader& r, const std::string& model_type) {
+  return read(r, row_of(rows(), model_type, "Gated DeltaNet"));
+}
+
+GatedDeltaNetConfig GatedDeltaNetConfig::read(const ConfigReader& r,
+                                              const FamilyRow<GatedDeltaNetConfig>& row) {
+  GatedDeltaNetConfig m = read_row(r, row, "Gated DeltaNet", kGatedDeltaNetSpelling);
+  check_required(r, row.reads, kGatedDeltaNetSpelling);
+  m.validate({&r, &row.reads});
+  return m;
+}
+
+void GatedDeltaNetConfig::validate(const ConfigSite& site) const {
+  const Checker c(site, kGatedDeltaNetSpelling);
+  c.all_bounded(*this);
+  c.positive("conv_kernel", conv_kernel);
+  c.positive("k_head_dim", k_head_dim);
+  c.positive("v_head_dim", v_head_dim);
+  c.positive("num_k_heads", num_k_heads);
+  c.positive("num_v_heads", num_v_heads);
+  if (num_v_heads % num_k_heads != 0)
+    c.fail("num_v_heads", "(" + std::to_string(num_v_heads) + ") must be a multiple of " +
+                              c.quoted("num_k_heads") + " (" + std::to_string(num_k_heads) + ")");
+}
+
+}  // namespace mobius
