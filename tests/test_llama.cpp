@@ -129,3 +129,104 @@ TEST_CASE("llama: build_from_module builds a module assembled in C++ that matche
                        doctest::Contains("task 'image-classification' is not supported"),
                        mobius::sdk::Error);
 }
+
+namespace {
+
+// llama-tiny's tensors under the names of Meta's original Llama release (and InternLM), with q/k/v
+// and gate/up optionally fused into one tensor each (rows concatenated, as Phi-3 stores them).
+void write_renamed_llama(const fs::path& dir, bool fused) {
+  fs::create_directories(dir);
+  auto reader = open_safetensors_checkpoint(golden("llama-tiny"));
+  std::map<std::string, StTensor> by_name;
+  for (const auto& m : reader->tensors()) {
+    REQUIRE(m.dtype == MOBIUS_DTYPE_FLOAT);
+    StTensor t{m.name, "F32", m.shape, std::vector<uint8_t>(m.nbytes)};
+    reader->read(m, t.bytes.data());
+    by_name[m.name] = std::move(t);
+  }
+  const std::vector<std::pair<std::string, std::string>> renames = {
+      {"model.embed_tokens.", "transformer.wte."}, {"model.norm.", "transformer.ln_f."},
+      {"lm_head.", "output."}, {"model.layers.", "transformer.h."},
+      {".input_layernorm.", ".attention_norm."}, {".post_attention_layernorm.", ".ffn_norm."},
+      {".self_attn.q_proj.", ".attention.wq."}, {".self_attn.k_proj.", ".attention.wk."},
+      {".self_attn.v_proj.", ".attention.wv."}, {".self_attn.o_proj.", ".attention.wo."},
+      {".mlp.gate_proj.", ".feed_forward.w1."}, {".mlp.up_proj.", ".feed_forward.w3."},
+      {".mlp.down_proj.", ".feed_forward.w2."}};
+  auto renamed = [&](std::string n) {
+    for (const auto& [from, to] : renames)
+      if (auto p = n.find(from); p != std::string::npos) n.replace(p, from.size(), to);
+    return n;
+  };
+  auto concat_rows = [](std::string name, const std::vector<const StTensor*>& parts) {
+    StTensor t{std::move(name), "F32", parts[0]->shape, {}};
+    t.shape[0] = 0;
+    for (const StTensor* p : parts) {
+      t.shape[0] += p->shape[0];
+      t.bytes.insert(t.bytes.end(), p->bytes.begin(), p->bytes.end());
+    }
+    return t;
+  };
+  std::vector<StTensor> out;
+  for (const auto& [name, t] : by_name) {
+    if (fused && (name.find(".k_proj.") != std::string::npos || name.find(".v_proj.") != std::string::npos ||
+                  name.find(".up_proj.") != std::string::npos))
+      continue;  // folded into the fused tensor of q_proj / gate_proj
+    if (fused && name.find(".q_proj.") != std::string::npos) {
+      const std::string base = name.substr(0, name.find(".q_proj."));  // model.layers.N.self_attn
+      const std::string layer = base.substr(0, base.rfind('.'));
+      out.push_back(concat_rows(renamed(layer + ".") + "attention.wqkv.weight",
+                                {&t, &by_name.at(base + ".k_proj.weight"), &by_name.at(base + ".v_proj.weight")}));
+    } else if (fused && name.find(".gate_proj.") != std::string::npos) {
+      const std::string base = name.substr(0, name.find(".gate_proj."));  // model.layers.N.mlp
+      const std::string layer = base.substr(0, base.rfind('.'));
+      out.push_back(concat_rows(renamed(layer + ".") + "feed_forward.w13.weight",
+                                {&t, &by_name.at(base + ".up_proj.weight")}));
+    } else {
+      StTensor r = t;
+      r.name = renamed(name);
+      out.push_back(std::move(r));
+    }
+  }
+  write_safetensors(dir / "model.safetensors", out);
+  write_text(dir / "config.json", read_text(golden("llama-tiny") / "config.json"));
+}
+
+}  // namespace
+
+TEST_CASE("decoder spec: a llama-like model with other tensor names is a table entry") {
+  // The whole difference from Llama is the names table (docs/writing-a-plugin.md shows it).
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    TempDir t;
+    write_renamed_llama(t / "ckpt", fused);
+    nn::DecoderSpec spec;
+    nn::TensorNames& n = spec.names;
+    n.text_path = "transformer";
+    n.embed = "wte";
+    n.layers = "h";
+    n.final_norm = "ln_f";
+    n.lm_head = "output";
+    n.input_norm = "attention_norm";
+    n.post_attention_norm = "ffn_norm";
+    n.mixer = "attention";
+    n.attention = {"wq", "wk", "wv", "wo", fused ? "wqkv" : ""};
+    n.feed_forward = "feed_forward";
+    n.mlp = {"w1", "w3", "w2", fused ? "w13" : ""};
+    ArchitectureConfig cfg = llama_tiny_config();
+    nn::CausalLMModel model(cfg, spec);
+    ModelPackage pkg = build_from_module(model, cfg, "text-generation", {}, t / "ckpt");
+    pkg.save(t / "out");
+    RunResult r = parity(t / "out", "llama-tiny");
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("parity: 3 passed, 0 failed") != std::string::npos);
+    if (fused) {
+      onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+      std::set<std::string> inits;
+      for (const auto& i : m.graph().initializer()) inits.insert(i.name());
+      CHECK(inits.count("transformer.h.0.attention.wqkv.weight"));
+      CHECK(inits.count("transformer.h.1.feed_forward.w13.weight"));
+      CHECK_FALSE(inits.count("transformer.h.0.attention.wq.weight"));
+    }
+  }
+}
