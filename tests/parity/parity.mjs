@@ -14,25 +14,11 @@
 //
 // Exit status: 0 every step passed; 1 a step failed (including a model that does not load or run);
 // 2 a usage or I/O error. The last line is "parity: P passed, F failed" (counting steps).
-import { createRequire } from 'module';
-import fs from 'fs';
-import path from 'path';
+import { idFeeds, halfToFloat, loadCase, loadOrt, modelFile } from './golden_io.mjs';
 
 function die(msg) {
   process.stderr.write(`parity: error: ${msg}\n`);
   process.exit(2);
-}
-
-function loadOrt() {
-  const require = createRequire(path.join(process.cwd(), 'noop.js'));
-  const bases = [process.cwd(), ...(process.env.NODE_PATH || '').split(':').filter(Boolean)];
-  for (const base of bases) {
-    const dir = base.endsWith('node_modules') ? base : path.join(base, 'node_modules');
-    try {
-      return require(path.join(dir, 'onnxruntime-node'));
-    } catch (e) { /* next place */ }
-  }
-  die(`onnxruntime-node not found in ${bases.join(', ')}`);
 }
 
 function parseArgs(argv) {
@@ -56,82 +42,6 @@ function parseArgs(argv) {
   return a;
 }
 
-// The model file: the path itself, or model.onnx (else the only *.onnx) in a folder.
-function modelFile(p) {
-  if (!fs.existsSync(p)) die(`no model at ${p}`);
-  if (!fs.statSync(p).isDirectory()) return p;
-  if (fs.existsSync(path.join(p, 'model.onnx'))) return path.join(p, 'model.onnx');
-  const onnx = fs.readdirSync(p).filter((f) => f.endsWith('.onnx'));
-  if (onnx.length !== 1) die(`${p}: expected model.onnx or exactly one *.onnx file, found ${onnx.length}`);
-  return path.join(p, onnx[0]);
-}
-
-// A minimal safetensors reader: the header's JSON, then each tensor as a typed array.
-const ST_TYPES = {
-  F32: [4, (b) => new Float32Array(b)],
-  F64: [8, (b) => Float64Array.from(new Float64Array(b))],
-  F16: [2, (b) => halfToFloat(new Uint16Array(b), false)],
-  BF16: [2, (b) => halfToFloat(new Uint16Array(b), true)],
-  I64: [8, (b) => new BigInt64Array(b)],
-  I32: [4, (b) => new Int32Array(b)],
-  I16: [2, (b) => new Int16Array(b)],
-  I8: [1, (b) => new Int8Array(b)],
-  U8: [1, (b) => new Uint8Array(b)],
-  BOOL: [1, (b) => new Uint8Array(b)],
-};
-
-function halfToFloat(u16, bf16) {
-  const out = new Float32Array(u16.length);
-  const view = new DataView(new ArrayBuffer(4));
-  for (let i = 0; i < u16.length; ++i) {
-    const h = u16[i];
-    if (bf16) {
-      view.setUint32(0, h << 16, true);
-      out[i] = view.getFloat32(0, true);
-      continue;
-    }
-    const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e === 0) out[i] = s * m * 2 ** -24;
-    else if (e === 31) out[i] = m ? NaN : s * Infinity;
-    else out[i] = s * (1 + m / 1024) * 2 ** (e - 15);
-  }
-  return out;
-}
-
-function readSafetensors(file) {
-  const buf = fs.readFileSync(file);
-  if (buf.length < 8) die(`${file}: too short for a safetensors file`);
-  const n = Number(buf.readBigUInt64LE(0));
-  if (n > buf.length - 8) die(`${file}: header length ${n} exceeds the file`);
-  let header;
-  try {
-    header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
-  } catch (e) {
-    die(`${file}: header is not valid JSON (${e.message})`);
-  }
-  const base = 8 + n;
-  const tensors = {};
-  for (const [name, t] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const kind = ST_TYPES[t.dtype];
-    if (!kind) die(`${file}: tensor '${name}' has unsupported dtype ${t.dtype}`);
-    const [begin, end] = t.data_offsets;
-    const count = t.shape.reduce((x, y) => x * y, 1);
-    if (end < begin || base + end > buf.length || end - begin !== count * kind[0])
-      die(`${file}: tensor '${name}' has bad offsets [${begin}, ${end})`);
-    // A copy, so that the typed array is aligned whatever the offset.
-    const bytes = buf.buffer.slice(buf.byteOffset + base + begin, buf.byteOffset + base + end);
-    tensors[name] = { shape: t.shape, data: kind[1](bytes) };
-  }
-  return tensors;
-}
-
-function castIds(t, type) {
-  if (type === 'int64') return new ort.Tensor('int64', BigInt64Array.from(t.data), t.shape);
-  if (type === 'int32') return new ort.Tensor('int32', Int32Array.from(t.data, (v) => Number(v)), t.shape);
-  throw new Error(`ids declared as ${type}; expected int64 or int32`);
-}
-
 // An empty cache tensor: batch_size is the batch, past_sequence_length 0, numeric dims as given.
 function emptyCache(meta, batch) {
   const dims = meta.shape.map((d) => {
@@ -151,27 +61,16 @@ function logitsAsFloat(t) {
   if (t.type === 'float32') return t.data;
   if (t.type === 'float16') {
     const d = t.data;
-    return d instanceof Uint16Array ? halfToFloat(d, false) : Float32Array.from(d);
+    return d instanceof Uint16Array ? Float32Array.from(d, halfToFloat) : Float32Array.from(d);
   }
   throw new Error(`logits have dtype ${t.type}; expected float32 or float16`);
 }
 
 async function runCase(args) {
-  const caseDir = args.caseDir;
-  const caseFile = path.join(caseDir, 'case.json');
-  if (!fs.existsSync(caseFile)) die(`no case.json in ${caseDir}`);
-  const spec = JSON.parse(fs.readFileSync(caseFile, 'utf8'));
-  const refFile = path.join(caseDir, 'reference.safetensors');
-  if (!fs.existsSync(refFile)) die(`no reference.safetensors in ${caseDir}`);
-  const ref = readSafetensors(refFile);
-  const steps = spec.steps || [];
-  if (!steps.length) die(`${caseFile}: no steps`);
-  for (const s of steps)
-    for (const k of ['input_ids', 'attention_mask', 'position_ids', 'logits'])
-      if (!ref[`${s}.${k}`]) die(`${refFile}: no tensor '${s}.${k}'`);
-  const atol = Math.max(Number(spec.atol) || 0, args.atol || 0);
-  const rtol = Math.max(Number(spec.rtol) || 0, args.rtol || 0);
-  const file = modelFile(args.model);
+  const { steps, ref, ...tolerance } = loadCase(args.caseDir, die);
+  const atol = Math.max(tolerance.atol, args.atol || 0);
+  const rtol = Math.max(tolerance.rtol, args.rtol || 0);
+  const file = modelFile(args.model, die);
 
   const results = [];
   const fail = (step, error) => results.push({ step, pass: false, error });
@@ -207,14 +106,12 @@ async function runCase(args) {
       fail(s, 'not run: the previous step did not produce a cache');
       continue;
     }
-    const ids = ref[`${s}.input_ids`], mask = ref[`${s}.attention_mask`], pos = ref[`${s}.position_ids`];
+    const ids = ref[`${s}.input_ids`], mask = ref[`${s}.attention_mask`];
     const [batch, seq] = ids.shape;
     const total = mask.shape[1];
     let out;
     try {
-      const feeds = {};
-      for (const [k, t] of [['input_ids', ids], ['attention_mask', mask], ['position_ids', pos]])
-        if (inputs[k]) feeds[k] = castIds(t, inputs[k].type);
+      const feeds = idFeeds(ort, inputs, ref, s);
       for (const name of session.inputNames) {
         if (!name.startsWith('past_key_values.')) continue;
         feeds[name] = cache ? cache[name] : emptyCache(inputs[name], batch);
@@ -270,7 +167,7 @@ async function runCase(args) {
 }
 
 const args = parseArgs(process.argv.slice(2));
-const ort = loadOrt();
+const ort = loadOrt(die);
 ort.env.logLevel = 'fatal';  // failures are reported by the harness itself
 const report = await runCase(args);
 let passed = 0, failed = 0;

@@ -35,26 +35,12 @@
 //
 // Exit status: 0 every configuration passed; 1 a check failed (or the model did not load or run);
 // 2 a usage or I/O error.
-import { createRequire } from 'module';
-import fs from 'fs';
-import path from 'path';
+import { idFeeds, loadCase, loadOrt, modelFile } from '../parity/golden_io.mjs';
 
 const usage = 'usage: genai_state_alias.mjs MODEL_DIR|model.onnx CASE_DIR [--break stale|garbage|twice]';
 function die(msg) {
   process.stderr.write(`genai_state_alias: error: ${msg}\n`);
   process.exit(2);
-}
-
-function loadOrt() {
-  const require = createRequire(path.join(process.cwd(), 'noop.js'));
-  const bases = [process.cwd(), ...(process.env.NODE_PATH || '').split(':').filter(Boolean)];
-  for (const base of bases) {
-    const dir = base.endsWith('node_modules') ? base : path.join(base, 'node_modules');
-    try {
-      return require(path.join(dir, 'onnxruntime-node'));
-    } catch (e) { /* next place */ }
-  }
-  die(`onnxruntime-node not found in ${bases.join(', ')}`);
 }
 
 function parseArgs(argv) {
@@ -75,56 +61,7 @@ function parseArgs(argv) {
   return a;
 }
 
-function modelFile(p) {
-  if (!fs.existsSync(p)) die(`no model at ${p}`);
-  if (!fs.statSync(p).isDirectory()) return p;
-  if (fs.existsSync(path.join(p, 'model.onnx'))) return path.join(p, 'model.onnx');
-  const onnx = fs.readdirSync(p).filter((f) => f.endsWith('.onnx'));
-  if (onnx.length !== 1) die(`${p}: expected model.onnx or exactly one *.onnx file, found ${onnx.length}`);
-  return path.join(p, onnx[0]);
-}
-
-// A minimal safetensors reader (the reference tensors are F32 and I64).
-const ST_TYPES = {
-  F32: [4, (b) => new Float32Array(b)],
-  F64: [8, (b) => new Float64Array(b)],
-  I64: [8, (b) => new BigInt64Array(b)],
-  I32: [4, (b) => new Int32Array(b)],
-};
-function readSafetensors(file) {
-  const buf = fs.readFileSync(file);
-  if (buf.length < 8) die(`${file}: too short for a safetensors file`);
-  const n = Number(buf.readBigUInt64LE(0));
-  if (n > buf.length - 8) die(`${file}: header length ${n} exceeds the file`);
-  let header;
-  try {
-    header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
-  } catch (e) {
-    die(`${file}: header is not valid JSON (${e.message})`);
-  }
-  const base = 8 + n;
-  const tensors = {};
-  for (const [name, t] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    const kind = ST_TYPES[t.dtype];
-    if (!kind) continue;  // not one this harness reads
-    const [begin, end] = t.data_offsets;
-    const count = t.shape.reduce((x, y) => x * y, 1);
-    if (end < begin || base + end > buf.length || end - begin !== count * kind[0])
-      die(`${file}: tensor '${name}' has bad offsets [${begin}, ${end})`);
-    const bytes = buf.buffer.slice(buf.byteOffset + base + begin, buf.byteOffset + base + end);
-    tensors[name] = { shape: t.shape, data: kind[1](bytes) };
-  }
-  return tensors;
-}
-
 const ARRAYS = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array };
-
-function castIds(ort, t, type) {
-  if (type === 'int64') return new ort.Tensor('int64', BigInt64Array.from(t.data), t.shape);
-  if (type === 'int32') return new ort.Tensor('int32', Int32Array.from(t.data, (v) => Number(v)), t.shape);
-  throw new Error(`ids declared as ${type}; expected int64 or int32`);
-}
 
 // A zero tensor for an input: the batch dim is the batch, a past_sequence_length dim is `seq`,
 // every other dim must be a number (GenAI's RecurrentState rejects any other dynamic dim).
@@ -201,11 +138,8 @@ async function runSteps(ort, session, ref, steps, aliased, brk, resync = null) {
   const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
 
   for (const [si, s] of steps.entries()) {
-    const ids = ref[`${s}.input_ids`], mask = ref[`${s}.attention_mask`], pos = ref[`${s}.position_ids`];
-    const total = mask.shape[1];
-    const feeds = {};
-    for (const [k, t] of [['input_ids', ids], ['attention_mask', mask], ['position_ids', pos]])
-      if (meta[k]) feeds[k] = castIds(ort, t, meta[k].type);
+    const total = ref[`${s}.attention_mask`].shape[1];
+    const feeds = idFeeds(ort, meta, ref, s);
     if (resync && si > 0) {
       for (const n of stateNames) states[n].data.set(resync.perStep[si - 1].stateSnapshot[n]);
       kv = resync.perStep[si - 1].kv;
@@ -268,25 +202,9 @@ async function runSteps(ort, session, ref, steps, aliased, brk, resync = null) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
-  const caseFile = path.join(args.caseDir, 'case.json');
-  if (!fs.existsSync(caseFile)) die(`no case.json in ${args.caseDir}`);
-  let spec;
-  try {
-    spec = JSON.parse(fs.readFileSync(caseFile, 'utf8'));
-  } catch (e) {
-    die(`${caseFile}: ${e.message}`);
-  }
-  const refFile = path.join(args.caseDir, 'reference.safetensors');
-  if (!fs.existsSync(refFile)) die(`no reference.safetensors in ${args.caseDir}`);
-  const ref = readSafetensors(refFile);
-  const steps = spec.steps || [];
-  if (!steps.length) die(`${caseFile}: no steps`);
-  for (const s of steps)
-    for (const k of ['input_ids', 'attention_mask', 'position_ids', 'logits'])
-      if (!ref[`${s}.${k}`]) die(`${refFile}: no tensor '${s}.${k}'`);
-  const atol = Number(spec.atol) || 0, rtol = Number(spec.rtol) || 0;
-  const file = modelFile(args.model);
-  const ort = loadOrt();
+  const { steps, ref, atol, rtol } = loadCase(args.caseDir, die);
+  const file = modelFile(args.model, die);
+  const ort = loadOrt(die);
   ort.env.logLevel = 'fatal';
 
   let failed = 0, passed = 0;

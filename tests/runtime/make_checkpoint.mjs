@@ -25,6 +25,7 @@
 import fs from 'fs';
 import path from 'path';
 import zlib from 'zlib';
+import { DTYPE_SIZE, halfToFloat, safetensorsEntries } from '../parity/golden_io.mjs';
 
 function die(msg) {
   process.stderr.write(`make_checkpoint: error: ${msg}\n`);
@@ -36,21 +37,10 @@ const SEED = 0x6d6f6269; // "mobi"
 // ---------------------------------------------------------------------------------------------
 // Reading the golden checkpoint: every tensor as {dtype, shape, bytes}, dtype in safetensors terms.
 
-const DTYPE_SIZE = { F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1 };
-
 function readSafetensors(file, into) {
-  const buf = fs.readFileSync(file);
-  if (buf.length < 8) die(`${file}: too short for safetensors`);
-  const n = Number(buf.readBigUInt64LE(0));
-  if (8 + n > buf.length) die(`${file}: header length ${n} runs past the end`);
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString('utf8'));
-  const base = 8 + n;
-  for (const [name, t] of Object.entries(header)) {
-    if (name === '__metadata__') continue;
-    if (!(t.dtype in DTYPE_SIZE)) die(`${file}: ${name}: unsupported dtype ${t.dtype}`);
-    const [a, b] = t.data_offsets;
+  for (const [name, t] of safetensorsEntries(file, die)) {
     if (name in into) die(`${file}: tensor ${name} appears twice`);
-    into[name] = { dtype: t.dtype, shape: t.shape, bytes: Buffer.from(buf.subarray(base + a, base + b)) };
+    into[name] = { ...t, bytes: Buffer.from(t.bytes) };
   }
 }
 
@@ -275,12 +265,6 @@ function readCheckpoint(dir) {
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
-function halfToFloat(h) {
-  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
 function floatToHalf(v) {
   f32[0] = v;
   const x = u32[0];

@@ -27,6 +27,7 @@ import { createRequire } from 'module';
 import { pathToFileURL, fileURLToPath } from 'url';
 import fs from 'fs';
 import path from 'path';
+import { halfToFloat, nodeModulesDirs } from '../parity/golden_io.mjs';
 
 const SINGLE_PROMPT = 'The quick brown fox jumps over the lazy dog because';
 const BATCH_PROMPTS = ['Hello, my name is', 'Once upon a time, in a small village by the sea, there lived'];
@@ -43,19 +44,14 @@ function fail(msg) {
 // ---------------------------------------------------------------------------------------------
 // Where node_modules is: MOBIUS_SOURCE_ROOT, the working folder, NODE_PATH, then this file's ../..
 
-function nodeModulesDirs() {
+function moduleDirs() {
   const here = path.dirname(fileURLToPath(import.meta.url));
-  const bases = [
-    process.env.MOBIUS_SOURCE_ROOT,
-    process.cwd(),
-    ...(process.env.NODE_PATH || '').split(':'),
-    path.join(here, '..', '..'),
-  ].filter(Boolean);
-  return bases.map((b) => (path.basename(b) === 'node_modules' ? b : path.join(b, 'node_modules')));
+  return nodeModulesDirs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(),
+    ...(process.env.NODE_PATH || '').split(':'), path.join(here, '..', '..')]);
 }
 
 async function loadLibraries() {
-  for (const dir of nodeModulesDirs()) {
+  for (const dir of moduleDirs()) {
     const tjsPkg = path.join(dir, '@huggingface', 'transformers', 'package.json');
     const ortPkg = path.join(dir, 'onnxruntime-node', 'package.json');
     if (!fs.existsSync(tjsPkg) || !fs.existsSync(ortPkg)) continue;
@@ -66,18 +62,11 @@ async function loadLibraries() {
     const ort = require(path.join(dir, 'onnxruntime-node'));
     return { tjs, ort, tjsVersion: pkg.version };
   }
-  usage(`@huggingface/transformers and onnxruntime-node not found in ${nodeModulesDirs().join(', ')}`);
+  usage(`@huggingface/transformers and onnxruntime-node not found in ${moduleDirs().join(', ')}`);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Path B helpers: plain ONNX Runtime.
-
-function halfToFloat(h) {
-  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
 
 // The model types whose positions transformers.js starts at 1 (decoder_forward in
 // src/models/modeling_utils.js: "a special case for paligemma/gemma3 models, where positions are
