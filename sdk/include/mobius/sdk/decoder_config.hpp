@@ -1,0 +1,49 @@
+// mobius/sdk/decoder_config.hpp - the keys every decoder's config.json shares, read once with a
+// row of per-model-type defaults: a family's parser reads only what is its own.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "mobius/sdk/config.hpp"
+
+namespace mobius {
+
+// transformers' configuration_<type>.py defaults for the keys a config.json may omit, as one row
+// per model type.
+struct DecoderDefaults {
+  int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008;
+  int64_t num_hidden_layers = 32, num_attention_heads = 32;
+  int64_t num_key_value_heads = 0;  // 0: num_attention_heads
+  int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t sliding_window = 0;  // when the key is absent; 0: none
+  bool tie_word_embeddings = false;
+  const char* hidden_act = "silu";
+  const char* act_key = "hidden_act";  // Gemma 2/3 read "hidden_activation"
+};
+
+// Reads vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim (hidden_size / num_attention_heads when absent, naming both keys
+// when they do not divide), the activation (checked), rms_norm_eps, max_position_embeddings, the
+// rope (read_rope), tie_word_embeddings, attention_bias (q/k/v and o), mlp_bias, sliding_window
+// and layer_types. The family then reads its own keys and calls validate().
+ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string& model_type,
+                                       const DecoderDefaults& d);
+
+// Fills c.layer_types when the config has none: `pattern(i)` names layer i's type.
+template <class F>
+void default_layer_types(ArchitectureConfig& c, F pattern) {
+  if (!c.layer_types.empty()) return;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.layer_types.push_back(pattern(i));
+}
+
+// Throws "[config] ... 'layer_types' has unknown layer type '<t>' (known: ...)" for a type not in
+// `known`, and when the list's length is not num_hidden_layers (unless `any_length`).
+void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
+                       std::initializer_list<const char*> known, bool any_length = true);
+
+}  // namespace mobius

@@ -1,0 +1,60 @@
+// decoder_config.cpp - read_decoder_config (decoder_config.hpp).
+#include "mobius/sdk/decoder_config.hpp"
+
+#include "mobius/sdk/layers.hpp"
+
+namespace mobius {
+
+ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string& model_type,
+                                       const DecoderDefaults& d) {
+  ArchitectureConfig c;
+  c.model_type = model_type;
+  c.vocab_size = r.get_int("vocab_size", d.vocab_size);
+  c.hidden_size = r.get_int("hidden_size", d.hidden_size);
+  c.intermediate_size = r.get_int("intermediate_size", d.intermediate_size);
+  c.num_hidden_layers = r.get_int("num_hidden_layers", d.num_hidden_layers);
+  c.num_attention_heads = r.get_int("num_attention_heads", d.num_attention_heads);
+  if (c.num_attention_heads <= 0) r.fail("num_attention_heads", "must be positive");
+  c.num_key_value_heads = r.get_int(
+      "num_key_value_heads", d.num_key_value_heads ? d.num_key_value_heads : c.num_attention_heads);
+  if (r.has("head_dim")) {
+    c.head_dim = r.get_int("head_dim");
+  } else if (d.head_dim) {
+    c.head_dim = d.head_dim;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      r.fail("hidden_size", "(" + std::to_string(c.hidden_size) +
+                                ") is not a multiple of 'num_attention_heads' (" +
+                                std::to_string(c.num_attention_heads) + ") and there is no 'head_dim'");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.hidden_act = r.get_string(d.act_key, d.hidden_act);
+  nn::check_activation(r, d.act_key, c.hidden_act);
+  c.rms_norm_eps = r.get_double("rms_norm_eps", d.rms_norm_eps);
+  c.max_position_embeddings = r.get_int("max_position_embeddings", d.max_position_embeddings);
+  c.rope = read_rope(r, d.rope_theta);
+  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", d.tie_word_embeddings);
+  c.qkv_bias = c.o_bias = r.get_bool("attention_bias", false);
+  c.mlp_bias = r.get_bool("mlp_bias", false);
+  c.sliding_window = r.has("sliding_window") ? r.get_int("sliding_window") : d.sliding_window;
+  if (c.sliding_window < 0) r.fail("sliding_window", "must not be negative");
+  c.layer_types = r.get_strings("layer_types");
+  return c;
+}
+
+void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
+                       std::initializer_list<const char*> known, bool any_length) {
+  std::string names;
+  for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+  for (const auto& t : c.layer_types) {
+    bool ok = false;
+    for (const char* k : known) ok |= t == k;
+    if (!ok) r.fail("layer_types", "has unknown layer type '" + t + "' (known: " + names + ")");
+  }
+  if (!any_length && static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
+    r.fail("layer_types", "has " + std::to_string(c.layer_types.size()) + " entries for " +
+                              std::to_string(c.num_hidden_layers) +
+                              " layers ('num_hidden_layers')");
+}
+
+}  // namespace mobius
