@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "mobius/sdk/decoder_config.hpp"
 #include "mobius/sdk/gated_deltanet.hpp"
 #include "mobius/sdk/nn.hpp"
 #include "mobius/sdk/plugin.hpp"
@@ -22,8 +23,7 @@ using nlohmann::json;
 namespace nn = mobius::nn;
 
 // Qwen3_5TextConfig's defaults (configuration_qwen3_5.py) for keys a config.json may omit.
-constexpr int64_t kVocab = 248320, kHidden = 4096, kIntermediate = 12288, kLayers = 32;
-constexpr int64_t kHeads = 16, kKvHeads = 4, kHeadDim = 256, kMaxPositions = 32768;
+constexpr mobius::DecoderDefaults kDefaults{248320, 4096, 12288, 32, 16, 4, 256, 32768, 1e-6, 10000.0};
 constexpr int64_t kFullAttentionInterval = 4;
 constexpr double kPartialRotaryFactor = 0.25;
 
@@ -38,62 +38,33 @@ ArchitectureConfig parse(const std::string& model_type, const json& raw) {
         .fail("text_config", "is required for qwen3_5 (the text model)");
   const json& text = mobius::text_config(raw);
   ConfigReader r(text, composite ? "config.json text_config" : "config.json");
-  ArchitectureConfig c;
-  c.model_type = model_type;
-  c.vocab_size = r.get_int("vocab_size", kVocab);
-  c.hidden_size = r.get_int("hidden_size", kHidden);
-  c.intermediate_size = r.get_int("intermediate_size", kIntermediate);
-  c.num_hidden_layers = r.get_int("num_hidden_layers", kLayers);
-  if (c.num_hidden_layers <= 0) r.fail("num_hidden_layers", "must be positive");
-  c.num_attention_heads = r.get_int("num_attention_heads", kHeads);
-  c.num_key_value_heads = r.get_int("num_key_value_heads", kKvHeads);
-  c.head_dim = r.get_int("head_dim", kHeadDim);
-  c.hidden_act = r.get_string("hidden_act", "silu");
-  c.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6);
-  c.max_position_embeddings = r.get_int("max_position_embeddings", kMaxPositions);
-  c.rope = mobius::read_rope(r, 10000.0);
-  // Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 wherever it is spelled.
-  const bool has_partial =
-      r.has("partial_rotary_factor") ||
-      has_key(text.value("rope_parameters", json()), "partial_rotary_factor") ||
-      has_key(text.value("rope_scaling", json()), "partial_rotary_factor");
-  if (!has_partial) c.rope.partial_rotary_factor = kPartialRotaryFactor;
-  // mrope_section / mrope_interleaved: a text-only model feeds the same position to all three
-  // sections, which makes multimodal rope the plain rope.
+  mobius::DecoderDefaults d = kDefaults;
   // A composite config may spell tie_word_embeddings at the top; the text config's wins.
-  const bool top_tie =
+  d.tie_word_embeddings =
       composite && ConfigReader(raw, "config.json").get_bool("tie_word_embeddings", false);
-  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", top_tie);
-  c.qkv_bias = c.o_bias = r.get_bool("attention_bias", false);
+  ArchitectureConfig c = mobius::read_decoder_config(r, model_type, d);
+  if (c.num_hidden_layers <= 0) r.fail("num_hidden_layers", "must be positive");
+  // Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 wherever it is spelled.
+  // (mrope_section / mrope_interleaved: a text-only model feeds the same position to all three
+  // sections, which makes multimodal rope the plain rope.)
+  if (!r.has("partial_rotary_factor") &&
+      !has_key(text.value("rope_parameters", json()), "partial_rotary_factor") &&
+      !has_key(text.value("rope_scaling", json()), "partial_rotary_factor"))
+    c.rope.partial_rotary_factor = kPartialRotaryFactor;
+  c.sliding_window = 0;
   c.qk_norm = "head";
-
-  c.layer_types = r.get_strings("layer_types");
   if (c.layer_types.empty()) {
     int64_t interval = r.get_int("full_attention_interval", kFullAttentionInterval);
     if (interval <= 0) r.fail("full_attention_interval", "must be positive");
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      c.layer_types.push_back((i + 1) % interval ? "linear_attention" : "full_attention");
+    mobius::default_layer_types(c, [&](int64_t i) { return (i + 1) % interval ? "linear_attention" : "full_attention"; });
   }
-  for (auto& t : c.layer_types) {
-    // transformers' remap_legacy_layer_types
+  for (auto& t : c.layer_types) {  // transformers' remap_legacy_layer_types
     if (t == "attention") t = "full_attention";
     if (t == "mamba") t = "linear_attention";
-    if (t != "linear_attention" && t != "full_attention")
-      r.fail("layer_types",
-             "has unknown layer type '" + t + "' (known: linear_attention, full_attention)");
   }
-  if (static_cast<int64_t>(c.layer_types.size()) != c.num_hidden_layers)
-    r.fail("layer_types", "has " + std::to_string(c.layer_types.size()) + " entries for " +
-                              std::to_string(c.num_hidden_layers) +
-                              " layers ('num_hidden_layers')");
-
+  mobius::check_layer_types(r, c, {"linear_attention", "full_attention"}, false);
   // The linear_* keys, with Qwen3.5's defaults (family_config.cpp).
   c.linear_attn = mobius::GatedDeltaNetConfig::read(r, model_type);
-  // The activation after the conv; fails now, naming the key, rather than while building.
-  static const char* known_acts[] = {"silu", "swish", "relu", "gelu", "gelu_pytorch_tanh",
-                                     "gelu_new", "gelu_fast"};
-  if (std::find(std::begin(known_acts), std::end(known_acts), c.hidden_act) == std::end(known_acts))
-    r.fail("hidden_act", "has unknown activation '" + c.hidden_act + "'");
   c.validate();
   return c;
 }
