@@ -4,8 +4,7 @@
 // layers, a sparse MoE after); they differ in their defaults, their router (V2: softmax with
 // greedy or group-limited greedy top-k; V3: sigmoid with e_score_correction_bias and noaux_tc)
 // and their rope layout. Semantics follow transformers' modeling_deepseek_v2/v3.py.
-#include <algorithm>
-
+#include "mobius/sdk/decoder_config.hpp"
 #include "mobius/sdk/mla.hpp"
 #include "mobius/sdk/moe.hpp"
 #include "mobius/sdk/nn.hpp"
@@ -18,56 +17,37 @@ using mobius::ConfigReader;
 using nlohmann::json;
 
 // transformers' configuration_deepseek_v2.py / configuration_deepseek_v3.py defaults of the
-// decoder's keys; the MLA and MoE keys are read by their family tables (family_config.cpp).
-struct Defaults {
-  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
-  int64_t max_position_embeddings;
-};
-
-const std::map<std::string, Defaults>& defaults() {
-  static const std::map<std::string, Defaults> d = {
-      {"deepseek_v2", {32000, 4096, 11008, 32, 32, 2048}},
-      {"deepseek_v3", {129280, 7168, 18432, 61, 128, 4096}},
+// decoder's keys (head_dim is MLA's rope part, set below); the MLA and MoE keys are read by their
+// family tables (family_config.cpp).
+const std::map<std::string, mobius::DecoderDefaults>& defaults() {
+  static const std::map<std::string, mobius::DecoderDefaults> d = {
+      {"deepseek_v2", {32000, 4096, 11008, 32, 32, 0, 64, 2048}},
+      {"deepseek_v3", {129280, 7168, 18432, 61, 128, 0, 64, 4096}},
   };
   return d;
 }
 
 ArchitectureConfig parse(const std::string& model_type, const json& raw) {
-  const Defaults& d = defaults().at(model_type);
   const bool v3 = model_type == "deepseek_v3";
   ConfigReader r(mobius::text_config(raw), "config.json");
-  ArchitectureConfig c;
-  c.model_type = model_type;
-  c.vocab_size = r.get_int("vocab_size", d.vocab_size);
-  c.hidden_size = r.get_int("hidden_size", d.hidden_size);
-  c.intermediate_size = r.get_int("intermediate_size", d.intermediate_size);
-  c.num_hidden_layers = r.get_int("num_hidden_layers", d.num_hidden_layers);
-  c.num_attention_heads = r.get_int("num_attention_heads", d.num_attention_heads);
-  if (c.num_attention_heads <= 0) r.fail("num_attention_heads", "must be positive");
+  ArchitectureConfig c = mobius::read_decoder_config(r, model_type, defaults().at(model_type));
   // kv_b_proj gives every head its own key and value; transformers' repeat_kv only works when
   // the two counts agree.
-  c.num_key_value_heads = r.get_int("num_key_value_heads", c.num_attention_heads);
   if (c.num_key_value_heads != c.num_attention_heads)
     r.fail("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                       ") must equal 'num_attention_heads' (" +
                                       std::to_string(c.num_attention_heads) + ") for MLA");
-  c.hidden_act = r.get_string("hidden_act", "silu");
-  c.rms_norm_eps = r.get_double("rms_norm_eps", 1e-6);
-  c.max_position_embeddings = r.get_int("max_position_embeddings", d.max_position_embeddings);
-  c.rope = mobius::read_rope(r, 10000.0);
   // V2 multiplies adjacent pairs as complex numbers. V3 with rope_interleave permutes each
   // head's pairs apart and applies rotate_half: the same rotation of the same pairs.
   c.rope.interleaved = v3 ? r.get_bool("rope_interleave", true) : true;
-  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
-  c.mlp_bias = v3 ? false : r.get_bool("mlp_bias", false);
+  if (v3) c.mlp_bias = false;  // V3 has no such key
   if (c.mlp_bias) r.fail("mlp_bias", "is not supported: DeepSeek's routed experts have no biases");
-
+  c.sliding_window = 0;
+  c.layer_types.clear();
   c.mla = mobius::MLAConfig::read(r, model_type);
   c.head_dim = c.mla->qk_rope_head_dim;  // transformers' head_dim: the rope part
   c.moe = mobius::MoEConfig::read(r, model_type);
   c.num_nextn_predict_layers = r.get_int("num_nextn_predict_layers", 0);
-
-  mobius::nn::check_activation(r, "hidden_act", c.hidden_act);
   c.validate();  // the decoder's keys, then the MLA and MoE configs with them
   return c;
 }

@@ -88,26 +88,6 @@ bool keep_linear_inputs_float32(mobius::BuildContext& ctx, const ArchitectureCon
   return false;
 }
 
-// config.json as transformers.js 4.3 loads a Qwen3.5 text model from one onnx/model.onnx:
-// - a composite checkpoint names Qwen3_5ForConditionalGeneration, which makes
-//   AutoModelForCausalLM load the two-file embed_tokens + decoder_model_merged layout (and that
-//   layout loses the left-padding mask after prefill); Qwen3_5ForCausalLM loads one session
-//   named "model". model_type stays: transformers.js reads the cache layout from text_config.
-// - every Qwen3.5 class computes positions with the Qwen2-VL get_rope_index, which reads
-//   config.vision_config.spatial_merge_size even for text (models/qwen2_vl, `?? 2` when the key
-//   is absent but not when vision_config is): a text-only config gets an empty vision_config.
-// Nothing is added when the checkpoint's config.json is not at hand; the host's copy stays.
-void add_transformers_js_config(mobius::BuildContext& ctx, bool composite) {
-  std::optional<std::string> text = ctx.source_config();
-  if (!text) return;
-  nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (!cfg.is_object()) return;
-  if (composite) cfg["architectures"] = nlohmann::ordered_json::array({"Qwen3_5ForCausalLM"});
-  if (!cfg.contains("vision_config") || !cfg["vision_config"].is_object())
-    cfg["vision_config"] = nlohmann::ordered_json::object();
-  ctx.add_runtime_file("config.json", cfg.dump(2) + "\n");
-}
-
 // Pre-norm layers with (1 + w) norms; the token mixer is Gated DeltaNet or gated attention by
 // layer type. The text weights sit under "model" (qwen3_5_text) or "model.language_model"
 // (qwen3_5); multi-token-prediction heads are a drafting aid, not part of the causal LM
@@ -132,7 +112,6 @@ void build(mobius::BuildContext& ctx, const json& j) {
   // (models/qwen2_vl get_rope_index), the three rows equal for text.
   spec.position_id_rows = [](const std::string& runtime) { return runtime == "transformers.js" ? 3 : 1; };
   nn::build_text_generation(ctx, nn::CausalLMModel(cfg, spec));
-  if (ctx.runtime() == "transformers.js") add_transformers_js_config(ctx, composite);
 }
 
 void register_all(mobius::PluginRegistrar& r) {

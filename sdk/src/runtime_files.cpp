@@ -134,6 +134,27 @@ bool transformers_js_causal_lm(const std::string& t) {
   return k.count(t) > 0;
 }
 
+// config.json as transformers.js 4.3 loads a Qwen3.5 text model from one onnx/model.onnx, or
+// nullopt when the copy serves as is:
+// - a composite checkpoint names Qwen3_5ForConditionalGeneration, which makes
+//   AutoModelForCausalLM load the two-file embed_tokens + decoder_model_merged layout (and that
+//   layout loses the left-padding mask after prefill); Qwen3_5ForCausalLM loads one session
+//   named "model". model_type stays: transformers.js reads the cache layout from text_config.
+// - every Qwen3.5 class computes positions with the Qwen2-VL get_rope_index, which reads
+//   config.vision_config.spatial_merge_size even for text (models/qwen2_vl, `?? 2` when the key
+//   is absent but not when vision_config is): a text-only config gets an empty vision_config.
+std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::string& model_type) {
+  if (model_type != "qwen3_5" && model_type != "qwen3_5_text") return std::nullopt;
+  std::optional<std::string> text = ctx.source_config();
+  if (!text) return std::nullopt;
+  nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
+  if (!cfg.is_object()) return std::nullopt;
+  if (model_type == "qwen3_5") cfg["architectures"] = nlohmann::ordered_json::array({"Qwen3_5ForCausalLM"});
+  if (!cfg.contains("vision_config") || !cfg["vision_config"].is_object())
+    cfg["vision_config"] = nlohmann::ordered_json::object();
+  return cfg.dump(2) + "\n";
+}
+
 }  // namespace
 
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
@@ -163,6 +184,7 @@ void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
                       "--runtime onnxruntime builds the graph for ONNX Runtime alone");
     if (auto tc = adapted_tokenizer_config(ctx, false, context))
       ctx.add_runtime_file("tokenizer_config.json", *tc);
+    if (auto c = transformers_js_config(ctx, model_type)) ctx.add_runtime_file("config.json", *c);
   }
 }
 
