@@ -23,34 +23,25 @@ using nlohmann::json;
 namespace nn = mobius::nn;
 
 // Qwen3_5TextConfig's defaults (configuration_qwen3_5.py) for keys a config.json may omit.
-constexpr mobius::DecoderDefaults kDefaults{248320, 4096, 12288, 32, 16, 4, 256, 32768, 1e-6, 10000.0};
+// Its partial_rotary_factor is 0.25 wherever the key is spelled.
+constexpr mobius::DecoderDefaults kDefaults{248320, 4096, 12288, 32, 16, 4, 256, 32768, 1e-6,
+                                            10000.0, 0, false, "silu", "hidden_act", 0.25};
 constexpr int64_t kFullAttentionInterval = 4;
-constexpr double kPartialRotaryFactor = 0.25;
-
-bool has_key(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j.at(key).is_null();
-}
 
 ArchitectureConfig parse(const std::string& model_type, const json& raw) {
   const bool composite = model_type == "qwen3_5";
   if (composite && !(raw.contains("text_config") && raw.at("text_config").is_object()))
     ConfigReader(raw, "config.json")
         .fail("text_config", "is required for qwen3_5 (the text model)");
-  const json& text = mobius::text_config(raw);
-  ConfigReader r(text, composite ? "config.json text_config" : "config.json");
+  ConfigReader r(mobius::text_config(raw), composite ? "config.json text_config" : "config.json");
   mobius::DecoderDefaults d = kDefaults;
   // A composite config may spell tie_word_embeddings at the top; the text config's wins.
   d.tie_word_embeddings =
       composite && ConfigReader(raw, "config.json").get_bool("tie_word_embeddings", false);
   ArchitectureConfig c = mobius::read_decoder_config(r, model_type, d);
   if (c.num_hidden_layers <= 0) r.fail("num_hidden_layers", "must be positive");
-  // Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 wherever it is spelled.
-  // (mrope_section / mrope_interleaved: a text-only model feeds the same position to all three
-  // sections, which makes multimodal rope the plain rope.)
-  if (!r.has("partial_rotary_factor") &&
-      !has_key(text.value("rope_parameters", json()), "partial_rotary_factor") &&
-      !has_key(text.value("rope_scaling", json()), "partial_rotary_factor"))
-    c.rope.partial_rotary_factor = kPartialRotaryFactor;
+  // mrope_section / mrope_interleaved: a text-only model feeds the same position to all three
+  // sections, which makes multimodal rope the plain rope.
   c.sliding_window = 0;
   c.qk_norm = "head";
   if (c.layer_types.empty()) {

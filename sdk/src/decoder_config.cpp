@@ -32,14 +32,43 @@ ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string&
   nn::check_activation(r, d.act_key, c.hidden_act);
   c.rms_norm_eps = r.get_double("rms_norm_eps", d.rms_norm_eps);
   c.max_position_embeddings = r.get_int("max_position_embeddings", d.max_position_embeddings);
-  c.rope = read_rope(r, d.rope_theta);
+  const nlohmann::json& text = r.raw();
+  auto spelled = [&](const char* obj) {
+    auto it = text.find(obj);
+    return it != text.end() && it->is_object() && it->contains("partial_rotary_factor") &&
+           !it->at("partial_rotary_factor").is_null();
+  };
+  auto per_type = text.find("rope_parameters");
+  if (per_type != text.end() && per_type->is_object() && per_type->contains("full_attention")) {
+    nlohmann::json full = text, slide = text;
+    full["rope_parameters"] = per_type->at("full_attention");
+    slide["rope_parameters"] =
+        per_type->value("sliding_attention", nlohmann::json::object({{"rope_type", "default"}}));
+    c.rope = read_rope(ConfigReader(full, "config.json"), d.rope_theta);
+    c.sliding_rope = read_rope(ConfigReader(slide, "config.json"), 10000.0);
+    c.has_sliding_rope = true;
+  } else {
+    c.rope = read_rope(r, d.rope_theta);
+    if (!r.has("partial_rotary_factor") && !spelled("rope_parameters") && !spelled("rope_scaling"))
+      c.rope.partial_rotary_factor = d.partial_rotary_factor;
+  }
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", d.tie_word_embeddings);
   c.qkv_bias = c.o_bias = r.get_bool("attention_bias", false);
   c.mlp_bias = r.get_bool("mlp_bias", false);
   c.sliding_window = r.has("sliding_window") ? r.get_int("sliding_window") : d.sliding_window;
   if (c.sliding_window < 0) r.fail("sliding_window", "must not be negative");
   c.layer_types = r.get_strings("layer_types");
+  c.attn_logit_softcapping = read_softcap(r, "attn_logit_softcapping", d.attn_logit_softcapping);
+  c.final_logit_softcapping = read_softcap(r, "final_logit_softcapping", d.final_logit_softcapping);
   return c;
+}
+
+double read_softcap(const ConfigReader& r, const std::string& key, double def) {
+  if (!r.raw().contains(key)) return def;
+  if (r.raw().at(key).is_null()) return 0.0;
+  double v = r.get_double(key);
+  if (v <= 0) r.fail(key, "must be positive or null");
+  return v;
 }
 
 void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,

@@ -120,7 +120,6 @@ struct ArchitectureConfig {
   int64_t sliding_window = 0;             // 0: none
   std::vector<std::string> layer_types;   // per layer: full_attention | sliding_attention | ...
   std::string qk_norm = "none";           // none | head (per head, after reshape) | full
-  bool post_norm = false;                 // OLMo-2 ordering: norm after each sub-block
   double embedding_multiplier = 1.0;
   double attention_multiplier = 0.0;      // 0: head_dim ** -0.5
   double residual_multiplier = 1.0;
@@ -146,7 +145,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     ArchitectureConfig, model_type, vocab_size, hidden_size, intermediate_size, num_hidden_layers,
     num_attention_heads, num_key_value_heads, head_dim, hidden_act, rms_norm_eps,
     max_position_embeddings, rope, has_sliding_rope, sliding_rope, qkv_bias, o_bias, mlp_bias,
-    tie_word_embeddings, sliding_window, layer_types, qk_norm, post_norm, embedding_multiplier,
+    tie_word_embeddings, sliding_window, layer_types, qk_norm, embedding_multiplier,
     attention_multiplier, residual_multiplier, logits_scaling, attn_logit_softcapping,
     final_logit_softcapping, num_nextn_predict_layers, moe, mla, linear_attn)
 

@@ -24,15 +24,23 @@ struct DecoderDefaults {
   bool tie_word_embeddings = false;
   const char* hidden_act = "silu";
   const char* act_key = "hidden_act";  // Gemma 2/3 read "hidden_activation"
+  double partial_rotary_factor = 1.0;  // when no spelling of the key is present
+  double attn_logit_softcapping = 0.0, final_logit_softcapping = 0.0;  // 0: none
 };
 
 // Reads vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads, head_dim (hidden_size / num_attention_heads when absent, naming both keys
 // when they do not divide), the activation (checked), rms_norm_eps, max_position_embeddings, the
-// rope (read_rope), tie_word_embeddings, attention_bias (q/k/v and o), mlp_bias, sliding_window
-// and layer_types. The family then reads its own keys and calls validate().
+// rope (read_rope; with transformers' per-layer-type rope_parameters {"full_attention": ...,
+// "sliding_attention": ...}, the sliding layers' rope goes to sliding_rope), tie_word_embeddings,
+// attention_bias (q/k/v and o), mlp_bias, sliding_window, layer_types and the soft-caps
+// (read_softcap). The family then reads its own keys and calls validate().
 ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string& model_type,
                                        const DecoderDefaults& d);
+
+// A soft-cap key (attn_logit_softcapping, final_logit_softcapping): absent -> `def`, null -> 0
+// (none); otherwise a positive number.
+double read_softcap(const ConfigReader& r, const std::string& key, double def);
 
 // Fills c.layer_types when the config has none: `pattern(i)` names layer i's type.
 template <class F>

@@ -25,7 +25,7 @@ namespace mobius {
 
 class ConfigReader;
 
-// std::optional<T> in JSON: null when empty. (nlohmann_json 3.11 has no conversion of its own;
+// std::optional<T> in JSON: null when empty. (nlohmann_json 3.11.2, Debian 12's, has none of its own;
 // ArchitectureConfig's optional family configs use this one.)
 template <class T>
 void to_json(nlohmann::json& j, const std::optional<T>& v) {
