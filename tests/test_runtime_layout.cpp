@@ -103,7 +103,7 @@ TEST_CASE("layout: a runtime that cannot run the model is refused before anythin
   CHECK(r.output.find("transformers.js has no bf16 model files") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "out"));
 
-  r = build_cli(golden("deepseek-v3-tiny"), t / "out");
+  r = build_cli(golden("deepseek-v3-tiny"), t / "out", "--runtime ort-genai");
   INFO(r.output);
   CHECK(r.status == 1);
   CHECK(r.output.find("cannot run in onnxruntime-genai") != std::string::npos);
@@ -121,6 +121,26 @@ TEST_CASE("layout: a runtime that cannot run the model is refused before anythin
   CHECK(r.status != 0);
   CHECK(r.output.find("--runtime") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "out"));
+}
+
+TEST_CASE("layout: by default, a model GenAI cannot run is laid out for ONNX Runtime, with the reason") {
+  TempDir t;
+  RunResult r = run(quote(env_or_empty("MOBIUS_CLI")) + " build --model " +
+                    quote(golden("deepseek-v3-tiny").string()) + " " + quote((t / "out").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("warning: genai_config.json: model type 'deepseek_v3' cannot run in onnxruntime-genai") !=
+        std::string::npos);
+  CHECK(r.output.find("laid out for ONNX Runtime alone") != std::string::npos);
+  CHECK(r.output.find("built deepseek_v3 for onnxruntime") != std::string::npos);
+  CHECK(listing(t / "out") == std::set<std::string>{"config.json", "mobius_provenance.json",
+                                                    "model.onnx", "model.onnx.data"});
+  CHECK(read_json(t / "out" / "mobius_provenance.json")["runtime"] == "onnxruntime");
+  // A model GenAI runs gets its GenAI folder by default.
+  r = build_cli(golden("qwen3-qknorm"), t / "out2");
+  REQUIRE(r.status == 0);
+  CHECK(read_json(t / "out2" / "mobius_provenance.json")["runtime"] == "ort-genai");
+  CHECK(fs::exists(t / "out2" / "genai_config.json"));
 }
 
 TEST_CASE("layout: an earlier model of another runtime is replaced; other folders are not") {

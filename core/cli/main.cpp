@@ -251,7 +251,7 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
     std::snprintf(line, sizeof(line), "%zu nodes, %zu initializers, %.1f MiB of weights, %.2f s",
                   pkg.node_count(), pkg.initializer_count(),
                   static_cast<double>(pkg.weight_bytes()) / (1024.0 * 1024.0), secs);
-    std::cout << terminal_safe("built " + pkg.model_type() + " for " + opts.runtime + " -> " + out +
+    std::cout << terminal_safe("built " + pkg.model_type() + " for " + pkg.runtime() + " -> " + out +
                                " (" + line + ")")
               << "\n";
   }
@@ -312,9 +312,9 @@ int main(int argc, char** argv) {
                     "  transformers.js  onnx/model.onnx (f16: onnx/model_fp16.onnx) and\n"
                     "                   model.onnx_data, config.json with transformers.js_config,\n"
                     "                   tokenizer files\n"
-                    "A model type the runtime cannot run is refused with the reason.")
-      ->check(CLI::IsMember({"ort-genai", "onnxruntime", "transformers.js"}))
-      ->capture_default_str();
+                    "A model type the runtime cannot run is refused with the reason. Default:\n"
+                    "ort-genai, or onnxruntime with a warning for a model GenAI cannot run")
+      ->check(CLI::IsMember({"ort-genai", "onnxruntime", "transformers.js"}));
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.

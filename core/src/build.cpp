@@ -1,6 +1,7 @@
 // build.cpp - from a checkpoint folder to a ModelPackage: config, registry, plugin build, preflight.
 #include "mobius/build.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -127,6 +128,7 @@ ModelPackage& ModelPackage::operator=(ModelPackage&&) noexcept = default;
 ModelPackage::~ModelPackage() = default;
 
 const std::string& ModelPackage::model_type() const { return impl_->model_type; }
+const std::string& ModelPackage::runtime() const { return impl_->layout.runtime; }
 const std::string& ModelPackage::normalized_config() const { return impl_->normalized_config; }
 size_t ModelPackage::node_count() const {
   return static_cast<size_t>(impl_->ctx->model.graph().node_size());
@@ -160,7 +162,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
   impl->weight_dtype = opts.dtype;
-  impl->layout = output_layout(opts.runtime, opts.dtype);
+  impl->layout = output_layout(opts.runtime.empty() ? kRuntimeGenai : opts.runtime, opts.dtype);
   impl->source_repo = opts.source_repo;
   impl->source_revision = opts.source_revision;
   impl->source_commit = opts.source_commit;
@@ -170,6 +172,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.model_file = impl->layout.graph;
   ctx.options.runtime = ctx.runtime.c_str();
   ctx.options.model_file = ctx.model_file.c_str();
+  ctx.options.runtime_is_default = opts.runtime.empty() ? 1 : 0;
   ctx.source_dir = dir;
   if (!dir.empty() && !opts.quiet) {
     // A runtime turns text into ids with the checkpoint's tokenizer; without one the model
@@ -196,6 +199,12 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
 void finish(ModelPackage::Impl& impl) {
   if (impl.ctx->model.graph().output_size() == 0)
     throw Error("[build] " + impl.model_type + ": the graph has no outputs");
+  // The default runtime: a model the plugin could not describe for GenAI (it said why) is laid
+  // out for ONNX Runtime alone; the files are the same but for genai_config.json.
+  if (impl.ctx->options.runtime_is_default && impl.layout.runtime == kRuntimeGenai &&
+      std::none_of(impl.ctx->runtime_files.begin(), impl.ctx->runtime_files.end(),
+                   [](const auto& f) { return f.first == "genai_config.json"; }))
+    impl.layout.runtime = kRuntimeOrt;
   if (impl.checkpoint) impl.ctx->plan.preflight(*impl.checkpoint, impl.model_type);
 }
 

@@ -372,6 +372,11 @@ std::string BuildContext::runtime() const {
   return "ort-genai";
 }
 
+bool BuildContext::runtime_is_default() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, runtime_is_default) && o->runtime_is_default;
+}
+
 std::string BuildContext::model_file() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, model_file) && o->model_file)

@@ -168,6 +168,14 @@ void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
       genai = make_genai_config(genai_facts(ctx, model_type, cfg));
     } catch (const Error& e) {
       if (e.kind() != MOBIUS_ERROR_KIND_CONFIG) throw;
+      if (ctx.runtime_is_default()) {
+        // Nobody asked for GenAI: the folder is for ONNX Runtime alone, and the user learns why.
+        std::string why = e.what();
+        if (why.rfind("[config] ", 0) == 0) why = why.substr(9);
+        ctx.log(MOBIUS_LOG_WARNING, why + "; the folder is laid out for ONNX Runtime alone "
+                                          "(--runtime transformers.js is another choice)");
+        return;
+      }
       throw Error(MOBIUS_ERROR_KIND_CONFIG,
                   std::string(e.what()) +
                       " (--runtime onnxruntime builds the graph for ONNX Runtime alone; "

@@ -20,8 +20,9 @@ struct BuildOptions {
   bool quiet = false;
   // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,
   // genai_config.json), "onnxruntime" (the graph and its weights only) or "transformers.js"
-  // (onnx/model<suffix>.onnx, config.json with transformers.js_config).
-  std::string runtime = "ort-genai";
+  // (onnx/model<suffix>.onnx, config.json with transformers.js_config). Empty: ort-genai, or,
+  // for a model GenAI cannot run, onnxruntime with a warning saying why.
+  std::string runtime;
   // Provenance of a checkpoint fetched from the Hugging Face Hub (mobius/hub.hpp's
   // ModelSource): "org/name" and the commit; empty for a local folder.
   std::string source_repo;
@@ -53,6 +54,8 @@ class ModelPackage {
   void save(const std::filesystem::path& out, const SaveOptions& opts = {}) const;
 
   const std::string& model_type() const;
+  // The runtime the folder is laid out for (BuildOptions::runtime, or what the default became).
+  const std::string& runtime() const;
   const std::string& normalized_config() const;
   size_t node_count() const;
   size_t initializer_count() const;

@@ -194,6 +194,10 @@ typedef struct mobius_build_options {
   /* Where the graph is written, relative to the output folder (e.g. "model.onnx",
    * "onnx/model_fp16.onnx"): what a runtime config file names. Absent: "model.onnx". */
   const char* model_file;
+  /* 1: the user did not choose the runtime. When `runtime` ("ort-genai") cannot run the model,
+   * the plugin lays the folder out for "onnxruntime" instead (the graph files are the same) and
+   * logs why, rather than failing. Absent: 0. */
+  int32_t runtime_is_default;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 

@@ -38,6 +38,8 @@ class BuildContext {
   // The runtime the output folder is laid out for ("ort-genai", "onnxruntime",
   // "transformers.js"); "ort-genai" from a host that predates the option.
   std::string runtime() const;
+  // True when the user did not choose the runtime (see mobius_build_options::runtime_is_default).
+  bool runtime_is_default() const;
   // The graph file the host writes, relative to the output folder ("model.onnx",
   // "onnx/model_fp16.onnx").
   std::string model_file() const;
