@@ -32,6 +32,7 @@
 #include "mobius/error.hpp"
 #include "onnx/onnx_pb.h"
 #include "checkpoint_files.hpp"
+#include "layout.hpp"
 #include "untrusted.hpp"  // printable, quote_name, parse_json_limited
 
 namespace mobius::cli {
@@ -592,10 +593,8 @@ Provenance read_provenance(int dirfd, Problems& problems) {
 // ---------------------------------------------------------------------------------------------
 // Layout
 
-const char* const kRuntimes[] = {"ort-genai", "onnxruntime", "transformers.js"};
-
 struct Layout {
-  std::string runtime;         // one of kRuntimes, or "" when the files say nothing
+  std::string runtime;         // one of mobius::runtimes(), or "" when the files say nothing
   std::string runtime_source;  // "mobius_provenance.json" or "files"
   std::vector<std::string> graphs;
   std::string graphs_source;
@@ -607,7 +606,7 @@ Layout detect(int dirfd, Problems& problems) {
   l.runtime_source = l.graphs_source = "files";
   const FileStat model = stat_at(dirfd, "model.onnx");
   if (model.exists) {
-    l.runtime = stat_at(dirfd, kGenaiConfig).exists ? "ort-genai" : "onnxruntime";
+    l.runtime = stat_at(dirfd, kGenaiConfig).exists ? kRuntimeGenai : kRuntimeOrt;
     l.graphs = {"model.onnx"};
     return l;
   }
@@ -631,7 +630,7 @@ Layout detect(int dirfd, Problems& problems) {
                             std::to_string(skipped) + " not shown");
   std::sort(names.begin(), names.end());
   for (const auto& n : names) l.graphs.push_back("onnx/" + n);
-  if (!l.graphs.empty()) l.runtime = "transformers.js";
+  if (!l.graphs.empty()) l.runtime = kRuntimeTransformersJs;
   return l;
 }
 
@@ -640,11 +639,11 @@ Layout layout(int dirfd, const Provenance& prov, Problems& problems) {
   Layout l = files;
   if (prov.fields.contains("runtime")) {
     const std::string r = prov.fields["runtime"].get<std::string>();
-    if (std::find(std::begin(kRuntimes), std::end(kRuntimes), r) != std::end(kRuntimes)) {
+    if (const auto known = runtimes(); std::find(known.begin(), known.end(), r) != known.end()) {
       l.runtime = r;
       l.runtime_source = kProvenance;
       // ort-genai and onnxruntime share a layout (genai_config.json is checked on its own).
-      const auto tjs = [](const std::string& x) { return x == "transformers.js"; };
+      const auto tjs = [](const std::string& x) { return x == kRuntimeTransformersJs; };
       if (!files.runtime.empty() && tjs(files.runtime) != tjs(r))
         problems.add(std::string(kProvenance) + " records runtime " + r + ", but the files are laid out for " +
                      files.runtime);
@@ -819,7 +818,7 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l, co
     print_values(os, "inputs", g.inputs);
     print_values(os, "outputs", g.outputs);
   }
-  if (l.runtime == "ort-genai" && runtime_config.is_object()) {
+  if (l.runtime == kRuntimeGenai && runtime_config.is_object()) {
     os << "\n" << kGenaiConfig;
     if (runtime_config.contains("size")) os << "  " << human(runtime_config["size"].get<uint64_t>());
     os << "\n";
@@ -829,7 +828,7 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l, co
     if (runtime_config.contains("max_length"))
       os << "  max length      " << runtime_config["max_length"].get<int64_t>() << "\n";
     if (auto s = str(runtime_config, "decoder_filename"); !s.empty()) os << "  decoder         " << s << "\n";
-  } else if (l.runtime == "transformers.js" && runtime_config.is_object()) {
+  } else if (l.runtime == kRuntimeTransformersJs && runtime_config.is_object()) {
     os << "\nconfig.json transformers.js_config\n";
     for (const auto& [k, v] : runtime_config.items())
       os << "  " << pad(printable(k, 40), 26) << "  "
@@ -924,13 +923,13 @@ int run_info(const fs::path& out, const InfoOptions& opts, std::ostream& os) {
     bytes.reset();
     GraphReader(g, problems).read(m);
     check_data_files(g, gdir, problems);
-    if (l.runtime == "transformers.js") g.tjs_dtype = tjs_dtype_of(file);
+    if (l.runtime == kRuntimeTransformersJs) g.tjs_dtype = tjs_dtype_of(file);
     graphs.push_back(std::move(g));
   }
 
   json runtime_config = nullptr;
-  if (l.runtime == "ort-genai") runtime_config = genai_config(dir.get(), graphs, problems);
-  if (l.runtime == "transformers.js") runtime_config = tjs_config(dir.get(), problems);
+  if (l.runtime == kRuntimeGenai) runtime_config = genai_config(dir.get(), graphs, problems);
+  if (l.runtime == kRuntimeTransformersJs) runtime_config = tjs_config(dir.get(), problems);
 
   if (opts.json) {
     json j = {{"folder", folder},
@@ -940,8 +939,8 @@ int run_info(const fs::path& out, const InfoOptions& opts, std::ostream& os) {
               {"provenance", prov.present ? prov.fields : json(nullptr)},
               {"problems", problems.list}};
     for (const Graph& g : graphs) j["graphs"].push_back(graph_json(g));
-    if (l.runtime == "ort-genai") j["genai_config"] = runtime_config;
-    if (l.runtime == "transformers.js") j["transformers.js_config"] = runtime_config;
+    if (l.runtime == kRuntimeGenai) j["genai_config"] = runtime_config;
+    if (l.runtime == kRuntimeTransformersJs) j["transformers.js_config"] = runtime_config;
     if (problems.more) j["problems"].push_back("... and " + std::to_string(problems.more) + " more");
     // ASCII only: every string from a file is escaped, so the output is safe on a terminal too.
     os << j.dump(2, ' ', true, json::error_handler_t::replace) << "\n";

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "info.hpp"
+#include "layout.hpp"
 #include "mobius/build.hpp"
 #include "mobius/hub.hpp"
 #include "mobius/plugins.hpp"
@@ -314,7 +315,7 @@ int main(int argc, char** argv) {
                     "                   tokenizer files\n"
                     "A model type the runtime cannot run is refused with the reason. Default:\n"
                     "ort-genai, or onnxruntime with a warning for a model GenAI cannot run")
-      ->check(CLI::IsMember({"ort-genai", "onnxruntime", "transformers.js"}));
+      ->check(CLI::IsMember(mobius::runtimes()));
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.
