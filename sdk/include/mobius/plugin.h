@@ -179,6 +179,24 @@ typedef mobius_status (*mobius_transform_fn)(void* user, const mobius_tensor_vie
                                              size_t n_inputs, mobius_tensor_view* output,
                                              char* err, size_t err_size);
 
+/* How a checkpoint tensor (or several, concatenated along their first dimension) becomes an
+ * initializer in a layout an operator consumes, computed by the host while it streams the
+ * weights (memory bounded by chunks, byte-identical whatever the thread count). */
+#define MOBIUS_LAYOUT_TRANSPOSED 1 /* [rows, cols] stored -> [cols, rows] (MatMul's [in, out]) */
+#define MOBIUS_LAYOUT_BLOCK_QUANTIZED 2 /* RTN block quantization of [N, K] for MatMulNBits */
+#define MOBIUS_QUANT_PART_DATA 0        /* UINT8 [N, ceil(K/block), block*bits/8] */
+#define MOBIUS_QUANT_PART_SCALES 1      /* FLOAT or FLOAT16 [N, ceil(K/block)] */
+#define MOBIUS_QUANT_PART_ZERO_POINTS 2 /* UINT8 [N, ceil(ceil(K/block)*bits/8)] (asymmetric) */
+typedef struct mobius_weight_layout {
+  uint32_t struct_size;
+  int32_t kind;       /* MOBIUS_LAYOUT_* */
+  int32_t bits;       /* BLOCK_QUANTIZED: 4 or 8 */
+  int32_t block_size; /* BLOCK_QUANTIZED: a power of two from 16 to 256 */
+  int32_t symmetric;  /* BLOCK_QUANTIZED: 1 symmetric (zero point 2^(bits-1)), 0 asymmetric */
+  int32_t part;       /* BLOCK_QUANTIZED: MOBIUS_QUANT_PART_* */
+} mobius_weight_layout;
+#define MOBIUS_WEIGHT_LAYOUT_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_weight_layout, part)
+
 /* Options of the current build, as the user gave them. */
 typedef struct mobius_build_options {
   uint32_t struct_size;
@@ -198,6 +216,17 @@ typedef struct mobius_build_options {
    * the plugin lays the folder out for "onnxruntime" instead (the graph files are the same) and
    * logs why, rather than failing. Absent: 0. */
   int32_t runtime_is_default;
+  /* The operator set the graph may use: "ort" (ONNX Runtime's contrib operators where they fit
+   * the pattern: GroupQueryAttention, RotaryEmbedding, SimplifiedLayerNormalization,
+   * MatMulNBits, ...) or "standard" (the ONNX domain only, for any runtime). Absent: "standard"
+   * (what a plugin built before the option emitted). */
+  const char* ops;
+  /* Weight-only quantization of the MatMul weights: 0 (none: `dtype` throughout), 4 or 8 bits
+   * (MatMulNBits; `dtype` is then the activation and scale dtype). Absent: 0. */
+  int32_t weight_bits;
+  int32_t block_size;     /* quantization block along the input dimension (16, 32, 64, 128, 256) */
+  int32_t symmetric;      /* 1: symmetric RTN (no zero points); 0: asymmetric, with zero points */
+  int32_t accuracy_level; /* MatMulNBits accuracy_level (4: int8 compute on the CPU) */
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
@@ -310,6 +339,14 @@ typedef struct mobius_host_api {
    * such file, the build has no folder, or the name is not one of those. The host reads it
    * under the checkpoint folder's file rules and size limits. */
   const char* (*source_file)(mobius_context* ctx, const char* name);
+  /* Plans an initializer from `n` checkpoint tensors of rank 2 with equal column counts,
+   * concatenated along their first dimension (n = 1: one tensor) and laid out as `layout`
+   * says. The initializer's declared dtype and shape must be what the layout produces: for
+   * TRANSPOSED any floating dtype, shape [cols, total rows]; for BLOCK_QUANTIZED the part's
+   * dtype and shape above, with N = total rows and K = cols. */
+  mobius_status (*plan_layout)(mobius_context* ctx, const char* initializer,
+                               const char* const* checkpoint_tensors, size_t n,
+                               const mobius_weight_layout* layout);
 } mobius_host_api;
 #define MOBIUS_HOST_API_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_host_api, query_tensor)
 
