@@ -1,8 +1,17 @@
 // make_checkpoint.cpp - writes a synthetic Llama-shaped checkpoint of about a given size for the
-// benchmark: sharded safetensors + index, every tensor's bytes distinct (seeded per tensor), so no
+// benchmarks: sharded safetensors + index, every tensor's bytes distinct (seeded per tensor), so no
 // writer can look fast by de-duplicating.
 //
-// usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16]
+// usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16] [OPTIONS]
+//   Without options: hidden 2048, intermediate 5632, 16 heads / 4 kv heads, vocab 32000, as many
+//   layers as fit SIZE_MIB, weights uniform in [-0.05, 0.05) (bench/run.sh, the streaming benchmark).
+//   --hidden N --intermediate N --heads N --kv-heads N --head-dim N --vocab N --max-pos N
+//   --layers N        fixed layer count (SIZE_MIB is then ignored; pass 0)
+//   --init normal     a model that computes something plausible (bench/decode.sh): linear and
+//                     embedding weights N(0, std), RMSNorm weights 1 + N(0, std) (default uniform)
+//   --std S           standard deviation for --init normal (default 0.02)
+//   --tie             tie_word_embeddings: true, no lm_head.weight
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +43,17 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+void put(std::vector<uint8_t>& buf, uint64_t i, float f, bool bf16) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (bf16) {
+    uint16_t h = static_cast<uint16_t>(u >> 16);
+    std::memcpy(&buf[i * 2], &h, 2);
+  } else {
+    std::memcpy(&buf[i * 4], &u, 4);
+  }
+}
+
 // Values in [-0.05, 0.05): finite, so casts never meet NaN or Inf.
 void fill(std::vector<uint8_t>& buf, uint64_t n, bool bf16, uint64_t seed) {
   buf.resize(n * (bf16 ? 2 : 4));
@@ -42,14 +62,25 @@ void fill(std::vector<uint8_t>& buf, uint64_t n, bool bf16, uint64_t seed) {
     uint64_t r = splitmix(s);
     for (int k = 0; k < 2 && i + k < n; ++k) {
       float f = (static_cast<float>(static_cast<uint32_t>(r >> (32 * k)) >> 8) / 16777216.0f - 0.5f) * 0.1f;
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      if (bf16) {
-        uint16_t h = static_cast<uint16_t>(u >> 16);
-        std::memcpy(&buf[(i + k) * 2], &h, 2);
-      } else {
-        std::memcpy(&buf[(i + k) * 4], &u, 4);
-      }
+      put(buf, i + k, f, bf16);
+    }
+  }
+}
+
+// mean + N(0, std) by Box-Muller, clipped to 6 sigma: finite, and a network built from it gives
+// finite, non-degenerate logits (the scale HF initializers use, initializer_range 0.02).
+void fill_normal(std::vector<uint8_t>& buf, uint64_t n, bool bf16, uint64_t seed, float mean, float std_) {
+  buf.resize(n * (bf16 ? 2 : 4));
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (uint64_t i = 0; i < n; i += 2) {
+    uint64_t r = splitmix(s);
+    double u1 = (static_cast<double>(r >> 40) + 0.5) / 16777216.0;  // (0, 1)
+    double u2 = static_cast<double>((r >> 16) & 0xffffff) / 16777216.0;
+    double rad = std::sqrt(-2.0 * std::log(u1));
+    double z[2] = {rad * std::cos(6.283185307179586 * u2), rad * std::sin(6.283185307179586 * u2)};
+    for (int k = 0; k < 2 && i + k < n; ++k) {
+      double v = std::clamp(z[k], -6.0, 6.0);
+      put(buf, i + k, mean + std_ * static_cast<float>(v), bf16);
     }
   }
 }
@@ -63,25 +94,73 @@ std::string shape_json(const std::vector<int64_t>& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16]\n";
+  const char* usage =
+      "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16] [--hidden N] [--intermediate N] [--heads N]\n"
+      "         [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N] [--layers N]\n"
+      "         [--init uniform|normal] [--std S] [--tie]\n";
+  std::vector<std::string> pos;
+  int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 0, vocab = 32000, max_pos = 4096, fixed_layers = 0;
+  std::string init = "uniform";
+  float std_ = 0.02f;
+  bool tie = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      pos.push_back(a);
+      continue;
+    }
+    if (a == "--tie") {
+      tie = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::cerr << "make_checkpoint: " << a << " needs a value\n" << usage;
+      return 2;
+    }
+    std::string v = argv[++i];
+    int64_t n = std::atoll(v.c_str());
+    if (a == "--hidden") hidden = n;
+    else if (a == "--intermediate") inter = n;
+    else if (a == "--heads") heads = n;
+    else if (a == "--kv-heads") kv = n;
+    else if (a == "--head-dim") hd = n;
+    else if (a == "--vocab") vocab = n;
+    else if (a == "--max-pos") max_pos = n;
+    else if (a == "--layers") fixed_layers = n;
+    else if (a == "--init") init = v;
+    else if (a == "--std") std_ = static_cast<float>(std::atof(v.c_str()));
+    else {
+      std::cerr << "make_checkpoint: unknown option " << a << "\n" << usage;
+      return 2;
+    }
+  }
+  if (pos.size() < 2 || pos.size() > 3) {
+    std::cerr << usage;
     return 2;
   }
-  fs::path out = argv[1];
-  double size_mib = std::atof(argv[2]);
-  std::string dtype = argc > 3 ? argv[3] : "f32";
-  if (size_mib <= 0 || (dtype != "f32" && dtype != "bf16")) {
-    std::cerr << "make_checkpoint: SIZE_MIB must be positive and dtype f32 or bf16\n";
+  fs::path out = pos[0];
+  double size_mib = std::atof(pos[1].c_str());
+  std::string dtype = pos.size() > 2 ? pos[2] : "f32";
+  if ((size_mib <= 0 && fixed_layers <= 0) || (dtype != "f32" && dtype != "bf16")) {
+    std::cerr << "make_checkpoint: SIZE_MIB must be positive (or --layers given) and dtype f32 or bf16\n";
+    return 2;
+  }
+  if (hd == 0) hd = heads > 0 ? hidden / heads : 0;
+  if (hidden <= 0 || inter <= 0 || heads <= 0 || kv <= 0 || hd <= 0 || vocab <= 0 || max_pos <= 0 ||
+      heads % kv != 0 || (init != "uniform" && init != "normal") || !(std_ > 0)) {
+    std::cerr << "make_checkpoint: bad shape options (heads must be a multiple of kv-heads)\n";
     return 2;
   }
   const bool bf16 = dtype == "bf16";
+  const bool normal = init == "normal";
   const uint64_t es = bf16 ? 2 : 4;
-  const int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 128, vocab = 32000;
-  const uint64_t fixed = (2 * vocab * hidden + hidden) * es;
-  const uint64_t per_layer = (2 * hidden * hidden + 2 * hidden * kv * hd + 3 * hidden * inter + 2 * hidden) * es;
+  const uint64_t fixed = ((tie ? 1 : 2) * vocab * hidden + hidden) * es;
+  const uint64_t per_layer =
+      (2 * hidden * heads * hd + 2 * hidden * kv * hd + 3 * hidden * inter + 2 * hidden) * es;
   const auto target = static_cast<uint64_t>(size_mib * 1024 * 1024);
   int64_t layers = target > fixed ? static_cast<int64_t>((target - fixed + per_layer / 2) / per_layer) : 1;
   layers = std::max<int64_t>(layers, 1);
+  if (fixed_layers > 0) layers = fixed_layers;
 
   std::vector<Tensor> ts{{"model.embed_tokens.weight", {vocab, hidden}}};
   for (int64_t i = 0; i < layers; ++i) {
@@ -97,7 +176,7 @@ int main(int argc, char** argv) {
     ts.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
   }
   ts.push_back({"model.norm.weight", {hidden}});
-  ts.push_back({"lm_head.weight", {vocab, hidden}});
+  if (!tie) ts.push_back({"lm_head.weight", {vocab, hidden}});
 
   fs::create_directories(out);
   // Shards of at most 2 GiB, as hub checkpoints are split.
@@ -137,7 +216,12 @@ int main(int argc, char** argv) {
     f.write(reinterpret_cast<const char*>(&hl), 8);
     f << header;
     for (size_t idx : shards[s]) {
-      fill(buf, ts[idx].numel(), bf16, idx + 1);
+      if (!normal) {
+        fill(buf, ts[idx].numel(), bf16, idx + 1);
+      } else {
+        const bool norm = ts[idx].shape.size() == 1;  // RMSNorm weights: around 1, as trained ones are
+        fill_normal(buf, ts[idx].numel(), bf16, idx + 1, norm ? 1.0f : 0.0f, std_);
+      }
       f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     }
     if (!f) {
@@ -153,8 +237,9 @@ int main(int argc, char** argv) {
       << ",\"hidden_size\":" << hidden << ",\"intermediate_size\":" << inter
       << ",\"num_hidden_layers\":" << layers << ",\"num_attention_heads\":" << heads
       << ",\"num_key_value_heads\":" << kv << ",\"head_dim\":" << hd
-      << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"max_position_embeddings\":4096"
-      << ",\"tie_word_embeddings\":false,\"torch_dtype\":\"" << (bf16 ? "bfloat16" : "float32") << "\"}\n";
+      << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"max_position_embeddings\":" << max_pos
+      << ",\"tie_word_embeddings\":" << (tie ? "true" : "false") << ",\"torch_dtype\":\""
+      << (bf16 ? "bfloat16" : "float32") << "\"}\n";
   std::cout << out.string() << ": " << layers << " layers, " << ts.size() << " tensors, "
             << total / (1024 * 1024) << " MiB in " << shards.size() << " shard(s), largest tensor "
             << (vocab * hidden * es) / (1024 * 1024) << " MiB\n";

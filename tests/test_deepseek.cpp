@@ -111,9 +111,11 @@ TEST_CASE("deepseek: the real DeepSeek-V3 config builds graph-only in seconds, c
   CHECK(inits["model.layers.3.mlp.experts.gate_up_proj"] == std::vector<int64_t>{512, 2048, 7168});
   CHECK(inits["model.layers.60.mlp.experts.down_proj"] == std::vector<int64_t>{256, 7168, 2048});
   CHECK(inits["model.layers.60.mlp.gate.e_score_correction_bias"] == std::vector<int64_t>{256});
-  CHECK(inits["model.layers.2.mlp.gate_proj.weight"] == std::vector<int64_t>{18432, 7168});
+  // MatMul weights [in, out]; kv_b_proj split per head into W_uk and W_uv^T while streaming.
+  CHECK(inits["model.layers.2.mlp.gate_proj.weight"] == std::vector<int64_t>{7168, 18432});
   CHECK(inits.count("model.layers.2.mlp.experts.down_proj") == 0);
-  CHECK(inits["model.layers.0.self_attn.kv_b_proj.weight"] == std::vector<int64_t>{32768, 512});
+  CHECK(inits["model.layers.0.self_attn.kv_b_proj.weight_uk"] == std::vector<int64_t>{128, 128, 512});
+  CHECK(inits["model.layers.0.self_attn.kv_b_proj.weight_uv_t"] == std::vector<int64_t>{128, 512, 128});
   // DeepSeek-V3's 671B parameters (685B with the MTP module, which is not part of the graph).
   const uint64_t H = 7168, V = 129280, heads = 128, E = 256;
   const uint64_t attn = 2 * H + H * 1536 + 1536 + 1536 * heads * 192 + H * 576 + 512 +

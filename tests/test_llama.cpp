@@ -49,14 +49,25 @@ TEST_CASE("llama: configs and checkpoints that do not fit fail before anything i
   }
 }
 
-TEST_CASE("llama: a 2-layer graph is small and computes masks and rope tables once") {
+// Nodes whose input is an initializer and that only re-lay it out: a runtime would fold them at
+// session start (time and a second copy in memory), so a graph must not have any.
+static std::vector<std::string> folded_at_load(const onnx::ModelProto& m) {
+  std::set<std::string> inits;
+  for (const auto& i : m.graph().initializer()) inits.insert(i.name());
+  std::vector<std::string> out;
+  for (const auto& n : m.graph().node())
+    if ((n.op_type() == "Transpose" || n.op_type() == "Cast" || n.op_type() == "Identity") &&
+        inits.count(n.input(0)))
+      out.push_back(n.op_type() + "(" + n.input(0) + ")");
+  return out;
+}
+
+TEST_CASE("llama: the standard-ONNX graph is small and computes masks and rope tables once") {
   TempDir t;
-  RunResult r = build_cli(golden("llama-tiny"), t / "out");
+  RunResult r = build_cli(golden("llama-tiny"), t / "out", "--ops standard");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  onnx::ModelProto m;
-  std::ifstream in(t / "out" / "model.onnx", std::ios::binary);
-  REQUIRE(m.ParseFromIstream(&in));
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
   std::map<std::string, int> ops;
   for (const auto& n : m.graph().node()) ops[n.op_type()]++;
   CHECK(ops["Cos"] == 1);
@@ -65,6 +76,42 @@ TEST_CASE("llama: a 2-layer graph is small and computes masks and rope tables on
   CHECK(ops["Where"] == 1);
   CHECK(ops["Softmax"] == 2);
   CHECK(m.graph().node_size() < 220);
+  for (const auto& o : m.opset_import()) CHECK(o.domain().empty());
+  CHECK(folded_at_load(m).empty());
+  // MatMul weights are stored [in, out], transposed while the weights stream.
+  for (const auto& i : m.graph().initializer())
+    if (i.name() == "model.layers.0.mlp.gate_proj.weight")
+      CHECK(std::vector<int64_t>(i.dims().begin(), i.dims().end()) == std::vector<int64_t>{64, 128});
+}
+
+TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with the same I/O") {
+  TempDir t;
+  RunResult r = build_cli(golden("llama-tiny"), t / "out");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+  std::map<std::string, int> ops;
+  for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+  CHECK(ops["GroupQueryAttention"] == 2);
+  CHECK(ops["RotaryEmbedding"] == 4);
+  CHECK(ops["SkipSimplifiedLayerNormalization"] == 2);  // residual add + pre-MLP norm per layer
+  CHECK(ops["SimplifiedLayerNormalization"] == 3);      // the input norms and the final norm
+  CHECK(ops["Softmax"] == 0);
+  CHECK(ops["Transpose"] == 0);
+  CHECK(ops["Concat"] == 0);  // the operator appends to the cache (in place when GenAI shares it)
+  CHECK(m.graph().node_size() < 80);
+  CHECK(folded_at_load(m).empty());
+  // One pair of rotary caches [max_position_embeddings, head_dim / 2], made while streaming.
+  int caches = 0;
+  for (const auto& i : m.graph().initializer())
+    if (i.name().find("cos_cache") != std::string::npos) {
+      ++caches;
+      CHECK(std::vector<int64_t>(i.dims().begin(), i.dims().end()) == std::vector<int64_t>{128, 8});
+    }
+  CHECK(caches == 1);
+  // GenAI may give the operator one buffer for past and present.
+  CHECK(nlohmann::json::parse(read_text(t / "out" / "genai_config.json"))["search"]
+             ["past_present_share_buffer"] == true);
   // Inputs and outputs of the I/O contract.
   std::vector<std::string> inputs, outputs;
   for (const auto& i : m.graph().input()) inputs.push_back(i.name());
@@ -94,20 +141,22 @@ TEST_CASE("llama: a 2-layer graph is small and computes masks and rope tables on
   CHECK(inits.count("lm_head.weight"));
 }
 
-TEST_CASE("llama: tied embeddings share one initializer") {
+TEST_CASE("llama: a tied lm_head reads the embedding table, laid out for its MatMul") {
   TempDir t;
   RunResult r = build_cli(golden("llama3-rope-tied"), t / "out");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  onnx::ModelProto m;
-  std::ifstream in(t / "out" / "model.onnx", std::ios::binary);
-  REQUIRE(m.ParseFromIstream(&in));
-  int embeds = 0;
-  for (const auto& i : m.graph().initializer()) {
-    CHECK(i.name() != "lm_head.weight");
-    embeds += i.name() == "model.embed_tokens.weight";
-  }
-  CHECK(embeds == 1);
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+  std::map<std::string, std::vector<int64_t>> inits;
+  for (const auto& i : m.graph().initializer())
+    inits[i.name()] = std::vector<int64_t>(i.dims().begin(), i.dims().end());
+  // The checkpoint has no lm_head.weight: the graph's [hidden, vocab] copy is the table
+  // [vocab, hidden] transposed while streaming (the Gather reads the table as stored).
+  REQUIRE(inits.count("model.embed_tokens.weight"));
+  REQUIRE(inits.count("lm_head.weight"));
+  const auto& e = inits["model.embed_tokens.weight"];
+  CHECK(inits["lm_head.weight"] == std::vector<int64_t>{e[1], e[0]});
+  CHECK(folded_at_load(m).empty());
 }
 
 TEST_CASE("llama: build_from_module builds a module assembled in C++ that matches transformers") {

@@ -302,9 +302,37 @@ int main(int argc, char** argv) {
   build->add_option("out", out, "Output folder (replaced atomically when it holds an earlier model)")
       ->required()
       ->type_name("OUT");
-  build->add_option("--dtype", opts.dtype, "Weight dtype of the model")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+  build->add_option("--dtype", opts.dtype,
+                    "Weight dtype of the model:\n"
+                    "  f32, f16, bf16  every weight in that dtype (on the CPU, f16 and bf16 run\n"
+                    "                  slower than f32: they only save disk and memory)\n"
+                    "  int4, int8      MatMul weights block-quantized (RTN, MatMulNBits; needs\n"
+                    "                  --ops ort); embeddings and norms stay float. int4 is the\n"
+                    "                  fastest and smallest choice on the CPU")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "int4", "int8"}))
       ->capture_default_str();
+  build->add_option("--ep", opts.ep,
+                    "Execution provider the graph is tuned for: cpu or cuda (float32 attention on\n"
+                    "CUDA keeps standard operators: GroupQueryAttention there is f16/bf16 only)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  build->add_option("--ops", opts.ops,
+                    "Operators the graph may use:\n"
+                    "  ort       ONNX Runtime's fused operators where they fit (GroupQueryAttention,\n"
+                    "            RotaryEmbedding, SimplifiedLayerNormalization, MatMulNBits)\n"
+                    "  standard  the ONNX domain only (opset 17), for any ONNX runtime")
+      ->check(CLI::IsMember({"ort", "standard"}))
+      ->capture_default_str();
+  build->add_option("--block-size", opts.block_size,
+                    "int4/int8: weights per quantization block along the input dimension")
+      ->check(CLI::IsMember({16, 32, 64, 128, 256}))
+      ->capture_default_str();
+  build->add_flag("--symmetric", opts.symmetric,
+                  "int4/int8: symmetric quantization (no zero points; default: asymmetric)");
+  build->add_option("--accuracy-level", opts.accuracy_level,
+                    "int4/int8: MatMulNBits accuracy_level, the compute type of its kernels\n"
+                    "(0 unset, 1 f32, 2 f16, 3 bf16, 4 int8; default 4 on cpu, 0 on cuda)")
+      ->check(CLI::Range(0, 4));
   build->add_option("--runtime", opts.runtime,
                     "Runtime the output folder is laid out for:\n"
                     "  ort-genai        ONNX Runtime GenAI: model.onnx, model.onnx.data,\n"

@@ -37,11 +37,17 @@ nlohmann::json read_json_file(const fs::path& p) {
   return parse_config_text(folder.read_text(name, p.string(), "config", kMaxConfigBytes), p);
 }
 
-int32_t parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32" || s == "fp32") return MOBIUS_DTYPE_FLOAT;
-  if (s == "f16" || s == "float16" || s == "fp16") return MOBIUS_DTYPE_FLOAT16;
-  if (s == "bf16" || s == "bfloat16") return MOBIUS_DTYPE_BFLOAT16;
-  throw Error("[options] unknown dtype '" + s + "' (expected f32, f16 or bf16)");
+// The model's float dtype and the MatMul weights' bits (0: not quantized) for --dtype. Quantized
+// weights keep float32 activations and scales on the CPU, float16 on CUDA (the runtime's fast
+// MatMulNBits kernels there).
+std::pair<int32_t, int32_t> parse_dtype(const std::string& s, const std::string& ep) {
+  if (s == "f32" || s == "float32" || s == "fp32") return {MOBIUS_DTYPE_FLOAT, 0};
+  if (s == "f16" || s == "float16" || s == "fp16") return {MOBIUS_DTYPE_FLOAT16, 0};
+  if (s == "bf16" || s == "bfloat16") return {MOBIUS_DTYPE_BFLOAT16, 0};
+  const int32_t act = ep == "cuda" ? MOBIUS_DTYPE_FLOAT16 : MOBIUS_DTYPE_FLOAT;
+  if (s == "int4") return {act, 4};
+  if (s == "int8") return {act, 8};
+  throw Error("[options] unknown dtype '" + s + "' (expected f32, f16, bf16, int4 or int8)");
 }
 
 // The text of config.json in dir when it has one (read under the folder's rule); else nothing.
@@ -167,7 +173,31 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   impl->source_revision = opts.source_revision;
   impl->source_commit = opts.source_commit;
   mobius_context& ctx = *impl->ctx;
-  ctx.options.dtype = parse_dtype(opts.dtype);
+  if (opts.ep != "cpu" && opts.ep != "cuda")
+    throw Error("[options] unknown execution provider '" + opts.ep + "' (expected cpu or cuda)");
+  if (opts.ops != "ort" && opts.ops != "standard")
+    throw Error("[options] unknown operator set '" + opts.ops + "' (expected ort or standard)");
+  const auto [dtype, bits] = parse_dtype(opts.dtype, opts.ep);
+  if (bits > 0 && opts.ops != "ort")
+    throw Error("[options] --dtype " + opts.dtype +
+                " stores MatMul weights for ONNX Runtime's MatMulNBits, which --ops standard "
+                "excludes; use --ops ort (the default) or a float dtype");
+  if (bits > 0 && (opts.block_size < 16 || opts.block_size > 256 ||
+                   (opts.block_size & (opts.block_size - 1)) != 0))
+    throw Error("[options] --block-size " + std::to_string(opts.block_size) +
+                " is not a power of two from 16 to 256");
+  if (opts.accuracy_level < -1 || opts.accuracy_level > 4)
+    throw Error("[options] --accuracy-level " + std::to_string(opts.accuracy_level) +
+                " is not one of 0 to 4");
+  ctx.options.dtype = dtype;
+  ctx.execution_provider = opts.ep;
+  ctx.options.execution_provider = ctx.execution_provider.c_str();
+  ctx.ops = opts.ops;
+  ctx.options.ops = ctx.ops.c_str();
+  ctx.options.weight_bits = bits;
+  ctx.options.block_size = opts.block_size;
+  ctx.options.symmetric = opts.symmetric ? 1 : 0;
+  ctx.options.accuracy_level = opts.accuracy_level >= 0 ? opts.accuracy_level : opts.ep == "cuda" ? 0 : 4;
   ctx.runtime = impl->layout.runtime;
   ctx.model_file = impl->layout.graph;
   ctx.options.runtime = ctx.runtime.c_str();

@@ -72,6 +72,8 @@ struct mobius_context {
   std::map<std::string, std::optional<std::string>> source_files;
   // Backing storage of options.runtime and options.model_file.
   std::string runtime, model_file;
+  // Backing storage of options.ops: "ort" (ONNX Runtime's contrib operators) or "standard".
+  std::string ops = "ort";
   // Files the plugin handed over for the runtime (add_runtime_file), in the order added; written
   // unchanged beside the model.
   std::vector<std::pair<std::string, std::string>> runtime_files;

@@ -20,6 +20,12 @@ mobius_context::mobius_context() {
   options.struct_size = sizeof(options);
   options.dtype = MOBIUS_DTYPE_FLOAT;
   options.execution_provider = execution_provider.c_str();
+  // The operator set and weight quantization; a build sets them from its options.
+  options.ops = ops.c_str();
+  options.weight_bits = 0;
+  options.block_size = 32;
+  options.symmetric = 0;
+  options.accuracy_level = 4;
   graphs.emplace_back();
   mobius_graph& g = graphs.front();
   g.ctx = this;
@@ -627,6 +633,18 @@ mobius_status api_plan_transformed(mobius_context* ctx, const char* init,
   });
 }
 
+mobius_status api_plan_layout(mobius_context* ctx, const char* init, const char* const* tensors,
+                              size_t n, const mobius_weight_layout* layout) {
+  return guarded(ctx, [&] {
+    if (!ctx) throw Error("[abi] NULL context");
+    const std::string name = str(init, "initializer");
+    const mobius_weight_layout l =
+        read_abi_struct(layout, MOBIUS_WEIGHT_LAYOUT_SIZE_V1, "layout of " + quote_name(name));
+    count_planned(ctx, n);
+    ctx->plan.set_source(name, StreamingLayoutSource{names(tensors, n), l});
+  });
+}
+
 mobius_status api_ignore_tensors(mobius_context* ctx, const char* pattern) {
   return guarded(ctx, [&] {
     if (!ctx) throw Error("[abi] NULL context");
@@ -754,6 +772,7 @@ mobius_host_api make_api() {
   a.add_runtime_file = &api_add_runtime_file;
   a.source_config = &api_source_config;
   a.source_file = &api_source_file;
+  a.plan_layout = &api_plan_layout;
   return a;
 }
 

@@ -54,10 +54,14 @@ OutputLayout output_layout(const std::string& runtime, const std::string& dtype)
     } else if (dtype == "f16") {
       l.tjs_dtype = "fp16";
       suffix = "_fp16";
+    } else if (dtype == "int4") {
+      // transformers.js's "q4": 4-bit MatMulNBits weights, float32 activations.
+      l.tjs_dtype = "q4";
+      suffix = "_q4";
     } else {
       throw Error("[options] transformers.js has no " + dtype +
-                      " model files (it loads fp32, fp16 and quantized graphs); use --dtype f32 or "
-                      "--dtype f16");
+                      " model files it would load as such (it loads fp32, fp16, and q4 for 4-bit "
+                      "MatMulNBits weights); use --dtype f32, f16 or int4");
     }
     l.graph = "onnx/model" + suffix + ".onnx";
     l.data = l.graph + "_data";

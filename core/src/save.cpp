@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include "checkpoint_files.hpp"
 #include "onnx/checker.h"
+#include "onnx/defs/schema.h"
 #include "package.hpp"
 #include "progress.hpp"
 #include "sha256.hpp"
@@ -37,6 +39,35 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kIrVersion = 8;     // what Debian's onnx 1.12 checker accepts
+
+// ONNX Runtime implements SimplifiedLayerNormalization (RMSNorm) in the ONNX domain itself, so
+// its schema is not in onnx's registry: registered here as the runtime defines it (opset 1), the
+// checker checks those nodes like any other instead of rejecting the model.
+void register_runtime_schemas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    onnx::OpSchema schema;
+    schema.SetName("SimplifiedLayerNormalization")
+        .SetDomain("")
+        .SinceVersion(1)
+        .SetDoc("ONNX Runtime's RMS normalization: x / sqrt(mean(x^2) + epsilon) * scale")
+        .Attr("axis", "first normalized dimension", onnx::AttributeProto::INT, static_cast<int64_t>(-1))
+        .Attr("epsilon", "added to the mean square", onnx::AttributeProto::FLOAT, 1e-5f)
+        .Attr("stash_type", "type of the statistics (1: float32)", onnx::AttributeProto::INT,
+              static_cast<int64_t>(1))
+        .Input(0, "X", "input", "T")
+        .Input(1, "scale", "scale", "V")
+        .Output(0, "Y", "normalized", "V")
+        .Output(1, "inv_std_var", "saved inverse standard deviation", "U",
+                onnx::OpSchema::Optional)
+        .TypeConstraint("T", {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"},
+                        "input types")
+        .TypeConstraint("U", {"tensor(float)", "tensor(double)"}, "statistics types")
+        .TypeConstraint("V", {"tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"},
+                        "scale and output types");
+    onnx::OpSchemaRegistry::OpSchemaRegisterOnce r(schema);
+  });
+}
 constexpr int64_t kOpsetVersion = 17;
 constexpr uint64_t kAlign = 64;       // external data offsets are 64-byte aligned
 const char* const kTempTag = ".mobius-tmp-";
@@ -133,9 +164,59 @@ class TempDir {
   bool committed_ = false;
 };
 
+// Renames value `from` to `to` in every node input of g and of its subgraphs (which see g's
+// values by name).
+void rename_uses(onnx::GraphProto& g, const std::string& from, const std::string& to) {
+  for (auto& n : *g.mutable_node()) {
+    for (auto& in : *n.mutable_input())
+      if (in == from) in = to;
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) rename_uses(*a.mutable_g(), from, to);
+      for (auto& sub : *a.mutable_graphs()) rename_uses(sub, from, to);
+    }
+  }
+}
+
+// ONNX names a graph output by its value, so an SDK output of a value under another name is an
+// Identity node, which a runtime runs as a copy on every call (a whole KV cache per step) unless
+// it can eliminate it. Where the value is a node's output in this graph and no graph output
+// already, the node's output takes the output's name instead and the Identity goes.
+void fold_output_identities(onnx::GraphProto& g) {
+  std::set<std::string> outputs, inputs;
+  for (const auto& o : g.output()) outputs.insert(o.name());
+  for (const auto& i : g.input()) inputs.insert(i.name());
+  std::map<std::string, std::pair<int, int>> producer;  // value -> (node, output index)
+  for (int i = 0; i < g.node_size(); ++i)
+    for (int k = 0; k < g.node(i).output_size(); ++k) producer[g.node(i).output(k)] = {i, k};
+  std::set<int> dropped;
+  std::set<std::string> claimed;  // values already renamed: one output each
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    if (n.op_type() != "Identity" || !n.domain().empty() || n.input_size() != 1 || n.output_size() != 1)
+      continue;
+    const std::string src = n.input(0), dst = n.output(0);
+    auto p = producer.find(src);
+    if (!outputs.count(dst) || outputs.count(src) || inputs.count(src) || p == producer.end() ||
+        claimed.count(src) || dropped.count(p->second.first))
+      continue;
+    claimed.insert(src);
+    dropped.insert(i);
+    g.mutable_node(p->second.first)->set_output(p->second.second, dst);
+    rename_uses(g, src, dst);
+    for (auto& vi : *g.mutable_value_info())
+      if (vi.name() == src) vi.set_name(dst);
+  }
+  if (dropped.empty()) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+  for (int i = 0; i < g.node_size(); ++i)
+    if (!dropped.count(i)) *kept.Add() = std::move(*g.mutable_node(i));
+  g.mutable_node()->Swap(&kept);
+}
+
 void finalize(onnx::ModelProto& m, const std::set<std::string>& domains,
               const std::string& model_type) {
   if (m.graph().name().empty()) m.mutable_graph()->set_name(model_type.empty() ? "main" : model_type);
+  fold_output_identities(*m.mutable_graph());
   m.set_ir_version(kIrVersion);
   m.set_producer_name("mobius");
   m.set_producer_version(MOBIUS_VERSION);
@@ -573,6 +654,7 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
     f.write_all(bytes.data(), bytes.size());
     f.sync();
     try {
+      register_runtime_schemas();
       onnx::checker::check_model(graph_path.string());
     } catch (const std::exception& e) {
       throw Error(std::string("[onnx] the checker rejected the model: ") + e.what());

@@ -7,9 +7,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "mobius/error.hpp"
@@ -206,6 +210,509 @@ void convert_elements(int32_t from, const void* src, int32_t to, void* dst, size
   }
 }
 
+// --- layouts (plan_layout): kernels ---------------------------------------------------------
+//
+// Both kernels convert every element on its own, the same way whichever code path runs (the
+// AVX2 conversions round exactly as the scalar ones in mobius/half.h), so an initializer's bytes
+// never depend on the CPU, the tiling or the thread count.
+
+namespace {
+
+std::atomic<size_t> g_tile_side{0};  // set_layout_tile_for_testing; 0: the sizes below
+std::atomic<bool> g_layout_simd{true};
+
+// A transposed tile: `rows` source rows (the length of each output segment written) by `cols`
+// source columns (output rows). Each output row's segment is one pwrite, whose cost per byte
+// grows quickly below a few tens of KiB, so the segments are 32 KiB where the source has the
+// rows; the columns then fill up to 32 MiB of output (the whole width when it fits), and a
+// source row's part of the tile (4 KiB of float32 for 1024 columns) is one pread.
+struct Tile {
+  uint64_t rows, cols;
+};
+
+Tile transposed_tile(uint64_t rows, uint64_t cols, size_t out_size) {
+  constexpr uint64_t kSegmentBytes = 32u << 10, kTileBytes = 32u << 20;
+  if (const uint64_t side = g_tile_side.load(std::memory_order_relaxed))
+    return {std::min(rows, side), std::min(cols, side)};
+  const uint64_t r =
+      std::clamp<uint64_t>(kSegmentBytes / out_size, 1, std::max<uint64_t>(rows, 1));
+  return {r, std::min(cols, std::max<uint64_t>(1, kTileBytes / (r * out_size)))};
+}
+
+// Source rows per quantized band of `cols` columns: 4 Mi elements (16 MiB of float32).
+uint64_t quantized_band(uint64_t cols) {
+  const uint64_t side = g_tile_side.load(std::memory_order_relaxed);
+  const uint64_t elements = side ? side * side : uint64_t{4} << 20;
+  return std::max<uint64_t>(1, elements / std::max<uint64_t>(cols, 1));
+}
+
+bool layout_simd() {
+  return g_layout_simd.load(std::memory_order_relaxed) && has_avx2() && has_f16c();
+}
+
+void convert_one(int32_t from, const uint8_t* s, int32_t to, uint8_t* d) {
+  float v;
+  to_f32(from, s, &v, 1);
+  from_f32(to, &v, d, 1);
+}
+
+// Eight elements of a row as float32 lanes, and back; bfloat16 rounds to nearest even with
+// NaN kept quiet, as mobius_f32_to_bf16.
+template <int32_t From>
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const uint8_t* p) {
+  if constexpr (From == MOBIUS_DTYPE_FLOAT) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (From == MOBIUS_DTYPE_FLOAT16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+
+template <int32_t To>
+__attribute__((target("avx2,f16c"))) inline void store8(uint8_t* p, __m256 v) {
+  if constexpr (To == MOBIUS_DTYPE_FLOAT) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(p), v);
+  } else if constexpr (To == MOBIUS_DTYPE_FLOAT16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i biased = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd);
+    const __m256i rounded = _mm256_srli_epi32(biased, 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+}
+
+// One 8x8 block: source row r (rows `ss` bytes apart) becomes destination column r.
+template <int32_t From, int32_t To>
+__attribute__((target("avx2,f16c"))) inline void transpose8x8(const uint8_t* s, size_t ss,
+                                                             uint8_t* d, size_t ds) {
+  const __m256 r0 = load8<From>(s), r1 = load8<From>(s + ss), r2 = load8<From>(s + 2 * ss),
+               r3 = load8<From>(s + 3 * ss), r4 = load8<From>(s + 4 * ss),
+               r5 = load8<From>(s + 5 * ss), r6 = load8<From>(s + 6 * ss),
+               r7 = load8<From>(s + 7 * ss);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+               t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+               t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  store8<To>(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  store8<To>(d + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+  store8<To>(d + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+  store8<To>(d + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+  store8<To>(d + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+  store8<To>(d + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+  store8<To>(d + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+  store8<To>(d + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+// 8x8 register blocks visited in 64x64 cache blocks; the ragged edges element by element.
+template <int32_t From, int32_t To>
+__attribute__((target("avx2,f16c"))) void transpose_avx2(const uint8_t* src, size_t ss,
+                                                         uint8_t* dst, size_t ds, size_t rows,
+                                                         size_t cols) {
+  constexpr size_t fs = From == MOBIUS_DTYPE_FLOAT ? 4 : 2, ts = To == MOBIUS_DTYPE_FLOAT ? 4 : 2;
+  constexpr size_t kBlock = 64;
+  const size_t rows8 = rows & ~size_t{7}, cols8 = cols & ~size_t{7};
+  for (size_t i0 = 0; i0 < rows8; i0 += kBlock)
+    for (size_t j0 = 0; j0 < cols8; j0 += kBlock) {
+      const size_t i1 = std::min(i0 + kBlock, rows8), j1 = std::min(j0 + kBlock, cols8);
+      for (size_t i = i0; i < i1; i += 8)
+        for (size_t j = j0; j < j1; j += 8)
+          transpose8x8<From, To>(src + i * ss + j * fs, ss, dst + j * ds + i * ts, ds);
+    }
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = i < rows8 ? cols8 : 0; j < cols; ++j)
+      convert_one(From, src + i * ss + j * fs, To, dst + j * ds + i * ts);
+}
+
+using TransposeKernel = void (*)(const uint8_t*, size_t, uint8_t*, size_t, size_t, size_t);
+
+template <int32_t From>
+TransposeKernel avx2_kernel_to(int32_t to) {
+  switch (to) {
+    case MOBIUS_DTYPE_FLOAT: return &transpose_avx2<From, MOBIUS_DTYPE_FLOAT>;
+    case MOBIUS_DTYPE_FLOAT16: return &transpose_avx2<From, MOBIUS_DTYPE_FLOAT16>;
+    case MOBIUS_DTYPE_BFLOAT16: return &transpose_avx2<From, MOBIUS_DTYPE_BFLOAT16>;
+    default: return nullptr;
+  }
+}
+
+TransposeKernel avx2_kernel(int32_t from, int32_t to) {
+  switch (from) {
+    case MOBIUS_DTYPE_FLOAT: return avx2_kernel_to<MOBIUS_DTYPE_FLOAT>(to);
+    case MOBIUS_DTYPE_FLOAT16: return avx2_kernel_to<MOBIUS_DTYPE_FLOAT16>(to);
+    case MOBIUS_DTYPE_BFLOAT16: return avx2_kernel_to<MOBIUS_DTYPE_BFLOAT16>(to);
+    default: return nullptr;
+  }
+}
+
+// Any floating dtypes: 32x32 blocks converted a row at a time through float32.
+void transpose_portable(const uint8_t* src, size_t ss, int32_t from, uint8_t* dst, size_t ds,
+                        int32_t to, size_t rows, size_t cols) {
+  constexpr size_t kBlock = 32;
+  const size_t fs = dtype_size(from), ts = dtype_size(to);
+  float block[kBlock][kBlock], column[kBlock];
+  for (size_t i0 = 0; i0 < rows; i0 += kBlock)
+    for (size_t j0 = 0; j0 < cols; j0 += kBlock) {
+      const size_t bi = std::min(kBlock, rows - i0), bj = std::min(kBlock, cols - j0);
+      for (size_t i = 0; i < bi; ++i) to_f32(from, src + (i0 + i) * ss + j0 * fs, block[i], bj);
+      for (size_t j = 0; j < bj; ++j) {
+        for (size_t i = 0; i < bi; ++i) column[i] = block[i][j];
+        from_f32(to, column, dst + (j0 + j) * ds + i0 * ts, bi);
+      }
+    }
+}
+
+// The transpose of a [rows, cols] matrix of `from` elements (rows `ss` bytes apart) as a
+// [cols, rows] matrix of `to` elements (rows `ds` bytes apart).
+void transpose_convert(const uint8_t* src, size_t ss, int32_t from, uint8_t* dst, size_t ds,
+                       int32_t to, size_t rows, size_t cols) {
+  if (layout_simd())
+    if (TransposeKernel k = avx2_kernel(from, to)) return k(src, ss, dst, ds, rows, cols);
+  transpose_portable(src, ss, from, dst, ds, to, rows, cols);
+}
+
+// RTN block quantization as ONNX Runtime's MatMulNBits quantizer computes it
+// (MlasQuantizeBlockwise, onnxruntime/core/mlas/lib/q4_dq.cpp, as quantize_matmul_4bits and
+// quantize_matmul_8bits of matmul_nbits_quantizer.py call it on the [K, N] weight, zero-padded
+// to whole blocks), with unsigned codes in [0, 2^bits - 1]:
+//   symmetric:  m = the block's value of largest magnitude (its sign kept; the minimum on a
+//               tie), scale = m / -2^(bits-1), zero point 2^(bits-1);
+//   asymmetric: lo = min(block min, 0), hi = max(block max, 0), scale = (hi - lo) / (2^bits - 1),
+//               zero point = roundf(-lo / scale) clamped to the code range (0 for a zero scale);
+//   code = clamp(roundf(x * (1 / scale) + zero point), 0, 2^bits - 1), with 1 / 0 taken as 0.
+// roundf rounds halfway cases away from zero (not to even), as the reference does. The data
+// is quantized against the scale as stored (rounded to float16 when the scales are float16);
+// the zero point comes from the float32 scale, as in the reference. Two choices the reference
+// leaves to chance are fixed: an all-zero block's symmetric scale takes the sign of its first
+// element (what the reference's scan gives), and its asymmetric scale is +0. A NaN element is
+// ignored by the block's range and gets code 0.
+struct BlockParams {
+  float scale;   // float32, before rounding to the scale dtype
+  float stored;  // as the SCALES part stores it
+  uint8_t zero_point;
+};
+
+class BlockQuantizer {
+ public:
+  BlockQuantizer(const mobius_weight_layout& l, uint64_t k, int32_t scale_dtype)
+      : bits_(l.bits), block_(static_cast<uint64_t>(l.block_size)), symmetric_(l.symmetric != 0),
+        part_(l.part), scale_dtype_(scale_dtype), k_(k), blocks_((k + block_ - 1) / block_) {}
+
+  uint64_t row_bytes() const {
+    switch (part_) {
+      case MOBIUS_QUANT_PART_DATA: return blocks_ * block_ * static_cast<uint64_t>(bits_) / 8;
+      case MOBIUS_QUANT_PART_SCALES: return blocks_ * dtype_size(scale_dtype_);
+      default: return (blocks_ * static_cast<uint64_t>(bits_) + 7) / 8;
+    }
+  }
+
+  // The part's row_bytes() bytes of one row (k elements of `from`) at `out`.
+  void row(const uint8_t* src, int32_t from, uint8_t* out) const {
+    // The row in float32, zero-padded to whole blocks: the source itself when it is that already.
+    thread_local std::vector<float> converted;
+    const uint64_t padded = blocks_ * block_;
+    const float* x = reinterpret_cast<const float*>(src);
+    if (from != MOBIUS_DTYPE_FLOAT || k_ != padded) {
+      if (converted.size() < padded) converted.resize(padded);
+      to_f32(from, src, converted.data(), k_);
+      std::fill(converted.begin() + static_cast<ptrdiff_t>(k_),
+                converted.begin() + static_cast<ptrdiff_t>(padded), 0.0f);
+      x = converted.data();
+    }
+    const bool simd = layout_simd();
+    const uint64_t blob = block_ * static_cast<uint64_t>(bits_) / 8;
+    const uint8_t mid = static_cast<uint8_t>(1u << (bits_ - 1));
+    if (part_ == MOBIUS_QUANT_PART_ZERO_POINTS) std::memset(out, 0, row_bytes());
+    for (uint64_t b = 0; b < blocks_; ++b) {
+      const float* v = x + b * block_;
+      float lo, hi;
+      if (simd) range_avx2(v, block_, lo, hi);
+      else range_scalar(v, block_, lo, hi);
+      const BlockParams p = params(lo, hi, v[0]);
+      switch (part_) {
+        case MOBIUS_QUANT_PART_DATA:
+          if (simd) quantize_avx2(v, p, out + b * blob);
+          else quantize_scalar(v, p, out + b * blob);
+          break;
+        case MOBIUS_QUANT_PART_SCALES:
+          from_f32(scale_dtype_, &p.scale, out + b * dtype_size(scale_dtype_), 1);
+          break;
+        default:
+          if (bits_ == 8) out[b] = p.zero_point;
+          else out[b / 2] |= static_cast<uint8_t>(p.zero_point << (4 * (b % 2)));
+      }
+    }
+    // The reference fills the unused high nibble of an odd block count with the default
+    // zero point 2^(bits-1).
+    if (part_ == MOBIUS_QUANT_PART_ZERO_POINTS && bits_ == 4 && blocks_ % 2)
+      out[blocks_ / 2] |= static_cast<uint8_t>(mid << 4);
+  }
+
+ private:
+  static void range_scalar(const float* v, uint64_t n, float& lo, float& hi) {
+    lo = std::numeric_limits<float>::max();
+    hi = -lo;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (v[i] < lo) lo = v[i];
+      if (v[i] > hi) hi = v[i];
+    }
+  }
+
+  // n is a multiple of 8 (blocks are powers of two from 16).
+  __attribute__((target("avx2"))) static void range_avx2(const float* v, uint64_t n, float& lo,
+                                                         float& hi) {
+    // minps/maxps return their second operand when the first is NaN: NaN is skipped.
+    __m256 l = _mm256_set1_ps(std::numeric_limits<float>::max());
+    __m256 h = _mm256_set1_ps(-std::numeric_limits<float>::max());
+    for (uint64_t i = 0; i < n; i += 8) {
+      const __m256 x = _mm256_loadu_ps(v + i);
+      l = _mm256_min_ps(x, l);
+      h = _mm256_max_ps(x, h);
+    }
+    __m128 l4 = _mm_min_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));
+    __m128 h4 = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    l4 = _mm_min_ps(l4, _mm_movehl_ps(l4, l4));
+    h4 = _mm_max_ps(h4, _mm_movehl_ps(h4, h4));
+    lo = _mm_cvtss_f32(_mm_min_ss(l4, _mm_shuffle_ps(l4, l4, 1)));
+    hi = _mm_cvtss_f32(_mm_max_ss(h4, _mm_shuffle_ps(h4, h4, 1)));
+  }
+
+  BlockParams params(float lo, float hi, float first) const {
+    const float top = static_cast<float>((1u << bits_) - 1);
+    BlockParams p{};
+    if (symmetric_) {
+      float m = std::fabs(hi) > std::fabs(lo) ? hi : lo;
+      if (m == 0.0f) m = first;  // all zeros: the sign of the first, as the reference's scan
+      p.scale = -m / static_cast<float>(1u << (bits_ - 1));
+      p.zero_point = static_cast<uint8_t>(1u << (bits_ - 1));
+    } else {
+      lo = std::min(lo, 0.0f);
+      hi = std::max(hi, 0.0f);
+      p.scale = hi > lo ? (hi - lo) / top : 0.0f;
+      const float z = p.scale != 0.0f ? -lo / p.scale : 0.0f;
+      // roundf of z clamped to [0, top] (NaN, from infinite weights, to 0): its integer part,
+      // plus one from a half up.
+      const float clamped = z > 0.0f ? std::min(z, top) : 0.0f;
+      const auto whole = static_cast<uint8_t>(clamped);
+      p.zero_point = static_cast<uint8_t>(whole + (clamped - whole >= 0.5f));
+    }
+    p.stored = p.scale;
+    if (scale_dtype_ == MOBIUS_DTYPE_FLOAT16)
+      p.stored = mobius_f16_to_f32(mobius_f32_to_f16(p.scale));
+    return p;
+  }
+
+  // Codes clamped before rounding: the same result as the reference's clamp after roundf, and
+  // NaN (false in both comparisons) becomes 0.
+  void quantize_scalar(const float* v, const BlockParams& p, uint8_t* out) const {
+    const float inv = p.stored != 0.0f ? 1.0f / p.stored : 0.0f;
+    const float zp = p.zero_point, top = static_cast<float>((1u << bits_) - 1);
+    for (uint64_t i = 0; i < block_; ++i) {
+      float t = v[i] * inv + zp;
+      t = t > 0.0f ? t : 0.0f;
+      t = t < top ? t : top;
+      const auto q = static_cast<uint8_t>(std::roundf(t));
+      if (bits_ == 8) out[i] = q;
+      else if (i % 2 == 0) out[i / 2] = q;
+      else out[i / 2] |= static_cast<uint8_t>(q << 4);
+    }
+  }
+
+  // Eight codes as 16-bit lanes; roundf of a non-negative t is trunc(t) + (t - trunc(t) >= 0.5).
+  __attribute__((target("avx2"))) static __m128i codes8(const float* x, __m256 inv, __m256 zp,
+                                                        __m256 top) {
+    __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv), zp);
+    t = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), top);  // maxps(NaN, 0) is 0
+    const __m256 whole = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 half_up = _mm256_cmp_ps(_mm256_sub_ps(t, whole), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 up = _mm256_and_ps(half_up, _mm256_set1_ps(1.0f));
+    const __m256i q = _mm256_cvttps_epi32(_mm256_add_ps(whole, up));
+    return _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  }
+
+  __attribute__((target("avx2"))) void quantize_avx2(const float* v, const BlockParams& p,
+                                                     uint8_t* out) const {
+    const __m256 inv = _mm256_set1_ps(p.stored != 0.0f ? 1.0f / p.stored : 0.0f);
+    const __m256 zp = _mm256_set1_ps(p.zero_point);
+    const __m256 top = _mm256_set1_ps(static_cast<float>((1u << bits_) - 1));
+    for (uint64_t i = 0; i < block_; i += 16) {  // blocks are multiples of 16
+      const __m128i bytes =
+          _mm_packus_epi16(codes8(v + i, inv, zp, top), codes8(v + i + 8, inv, zp, top));
+      if (bits_ == 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), bytes);
+      } else {
+        // Each 16-bit lane holds codes 2j (low byte) and 2j+1: byte j = code 2j | code 2j+1 << 4.
+        const __m128i pairs = _mm_and_si128(_mm_or_si128(bytes, _mm_srli_epi16(bytes, 4)),
+                                            _mm_set1_epi16(0xff));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 2), _mm_packus_epi16(pairs, pairs));
+      }
+    }
+  }
+
+  int bits_;
+  uint64_t block_;
+  bool symmetric_;
+  int part_;
+  int32_t scale_dtype_;
+  uint64_t k_, blocks_;
+};
+
+}  // namespace
+
+void set_layout_tile_for_testing(size_t side) { g_tile_side = side; }
+void set_layout_simd_for_testing(bool allowed) { g_layout_simd = allowed; }
+
+std::string layout_problem(const mobius_weight_layout& l, int32_t dtype, size_t rank) {
+  auto expect = [&](bool dtype_ok, const char* dtypes, size_t want_rank,
+                    const std::string& what) -> std::string {
+    if (!dtype_ok) return what + " is " + dtypes + ", not " + dtype_name(dtype);
+    if (rank != want_rank)
+      return what + " has rank " + std::to_string(want_rank) + ", not " + std::to_string(rank);
+    return "";
+  };
+  if (l.kind == MOBIUS_LAYOUT_TRANSPOSED)
+    return expect(is_float(dtype), "floating point", 2, "a transposed weight");
+  if (l.kind != MOBIUS_LAYOUT_BLOCK_QUANTIZED)
+    return "unknown layout kind " + std::to_string(l.kind);
+  if (l.bits != 4 && l.bits != 8)
+    return "block quantization has 4 or 8 bits, not " + std::to_string(l.bits);
+  if (l.block_size < 16 || l.block_size > 256 || (l.block_size & (l.block_size - 1)))
+    return "the quantization block is a power of two from 16 to 256, not " +
+           std::to_string(l.block_size);
+  if (l.symmetric != 0 && l.symmetric != 1)
+    return "symmetric is 0 or 1, not " + std::to_string(l.symmetric);
+  switch (l.part) {
+    case MOBIUS_QUANT_PART_DATA:
+      return expect(dtype == MOBIUS_DTYPE_UINT8, "uint8", 3, "quantized data");
+    case MOBIUS_QUANT_PART_SCALES:
+      return expect(dtype == MOBIUS_DTYPE_FLOAT || dtype == MOBIUS_DTYPE_FLOAT16,
+                    "float32 or float16", 2, "a quantization's scales");
+    case MOBIUS_QUANT_PART_ZERO_POINTS:
+      if (l.symmetric) return "a symmetric quantization has no zero points";
+      return expect(dtype == MOBIUS_DTYPE_UINT8, "uint8", 2, "a quantization's zero points");
+    default:
+      return "unknown quantized part " + std::to_string(l.part);
+  }
+}
+
+std::vector<int64_t> layout_shape(const mobius_weight_layout& l, int64_t n, int64_t k) {
+  if (l.kind == MOBIUS_LAYOUT_TRANSPOSED) return {k, n};
+  const int64_t blocks = (k + l.block_size - 1) / l.block_size;
+  switch (l.part) {
+    case MOBIUS_QUANT_PART_DATA: return {n, blocks, int64_t{l.block_size} * l.bits / 8};
+    case MOBIUS_QUANT_PART_SCALES: return {n, blocks};
+    default: return {n, (blocks * l.bits + 7) / 8};
+  }
+}
+
+namespace {
+
+// E.g. "scales of a 4-bit asymmetric quantization in blocks of 32".
+std::string describe_part(const mobius_weight_layout& l) {
+  static const char* const parts[] = {"data", "scales", "zero points"};
+  return std::string(parts[l.part]) + " of a " + std::to_string(l.bits) + "-bit " +
+         (l.symmetric ? "symmetric" : "asymmetric") + " quantization in blocks of " +
+         std::to_string(l.block_size);
+}
+
+// What the parts of one quantization share: the tensors, bits, block and symmetry.
+std::string quantization_key(const StreamingLayoutSource& src) {
+  std::string key = std::to_string(src.layout.bits) + "/" + std::to_string(src.layout.block_size) +
+                    "/" + std::to_string(src.layout.symmetric);
+  for (const auto& t : src.tensors) key += '\0' + t;
+  return key;
+}
+
+// The [n, k] matrix a layout source reads: its tensors, in order.
+struct LayoutInput {
+  std::vector<const TensorMeta*> tensors;
+  uint64_t n = 0, k = 0;
+};
+
+// Checks a layout source's tensors (rank 2, floating point, equal column counts) and the
+// initializer's shape against what the layout makes of them, adding one message per problem.
+// `find` returns nullptr for an absent tensor (and reports it itself).
+LayoutInput check_layout_input(const PlannedInitializer& init, const StreamingLayoutSource& src,
+                               const std::function<const TensorMeta*(const std::string&)>& find,
+                               std::vector<std::string>& problems) {
+  LayoutInput in;
+  bool complete = true;
+  for (const auto& t : src.tensors) {
+    const TensorMeta* m = find(t);
+    if (!m) {
+      complete = false;
+    } else if (m->shape.size() != 2) {
+      problems.push_back("tensor '" + t + "' has shape " + shape_str(m->shape) + "; '" + init.name +
+                         "' is laid out from rank-2 tensors");
+      complete = false;
+    } else if (!is_float(m->dtype)) {
+      problems.push_back("tensor '" + t + "' is " + dtype_name(m->dtype) + "; '" + init.name +
+                         "' is laid out from floating-point tensors");
+      complete = false;
+    } else if (!in.tensors.empty() && m->shape[1] != in.tensors.front()->shape[1]) {
+      problems.push_back("tensor '" + t + "' has shape " + shape_str(m->shape) + " and '" +
+                         in.tensors.front()->name + "' " + shape_str(in.tensors.front()->shape) +
+                         "; '" + init.name + "' concatenates tensors with equal column counts");
+      complete = false;
+    } else {
+      in.tensors.push_back(m);
+      in.n += static_cast<uint64_t>(m->shape[0]);
+    }
+  }
+  if (!complete || in.tensors.empty()) return in;
+  in.k = static_cast<uint64_t>(in.tensors.front()->shape[1]);
+  const std::vector<int64_t> matrix{static_cast<int64_t>(in.n), static_cast<int64_t>(in.k)};
+  const std::vector<int64_t> expect = layout_shape(src.layout, matrix[0], matrix[1]);
+  if (expect != init.shape) {
+    // As a direct source's message: the tensors' shape, then what the graph expects.
+    std::string what = src.tensors.size() == 1 ? "tensor " : "tensors ";
+    for (size_t t = 0; t < src.tensors.size(); ++t)
+      what += (t ? ", '" : "'") + src.tensors[t] + "'";
+    what += src.tensors.size() == 1 ? " has shape " : " concatenated have shape ";
+    if (src.layout.kind == MOBIUS_LAYOUT_TRANSPOSED)
+      problems.push_back(what + shape_str(matrix) + ", the graph expects " +
+                         shape_str({init.shape[1], init.shape[0]}) + " for '" + init.name +
+                         "' (stored transposed as " + shape_str(init.shape) + ")");
+    else
+      problems.push_back(what + shape_str(matrix) + "; as the " + describe_part(src.layout) +
+                         " it is " + shape_str(expect) + ", the graph expects " +
+                         shape_str(init.shape) + " for '" + init.name + "'");
+  }
+  return in;
+}
+
+// A layout source's input when its bytes are made; preflight has reported any problem before.
+LayoutInput layout_input(const PlannedInitializer& init, const StreamingLayoutSource& src,
+                         const CheckpointReader* cp) {
+  if (!cp)
+    throw Error("[weights] '" + init.name + "' reads '" + src.tensors.front() +
+                "' but there is no checkpoint");
+  std::vector<std::string> problems;
+  auto find = [&](const std::string& t) {
+    const TensorMeta* m = cp->find(t);
+    if (!m) problems.push_back("checkpoint has no tensor '" + t + "'");
+    return m;
+  };
+  LayoutInput in = check_layout_input(init, src, find, problems);
+  if (!problems.empty()) throw Error("[weights] " + problems.front());
+  return in;
+}
+
+}  // namespace
+
 bool glob_match(const std::string& pattern, const std::string& text) {
   // Iterative '*' matching with backtracking to the last star: linear in practice.
   size_t p = 0, t = 0, star = std::string::npos, mark = 0;
@@ -256,11 +763,34 @@ void StreamingWeightPlan::set_source(const std::string& name, WeightSourceVarian
   for (auto& i : inits_) {
     if (i.name != name) continue;
     if (i.has_source) throw Error("[plan] initializer '" + name + "' already has a source");
+    if (auto* l = std::get_if<StreamingLayoutSource>(&src)) {
+      if (l->tensors.empty())
+        throw Error("[plan] initializer '" + name + "' is laid out from no tensor");
+      const std::string problem = layout_problem(l->layout, i.dtype, i.shape.size());
+      if (!problem.empty()) throw Error("[plan] initializer '" + name + "': " + problem);
+      // One quantization has one scale dtype: its data is quantized against it.
+      if (l->layout.kind == MOBIUS_LAYOUT_BLOCK_QUANTIZED &&
+          l->layout.part == MOBIUS_QUANT_PART_SCALES) {
+        const auto [at, added] = scales_.emplace(quantization_key(*l), std::make_pair(name, i.dtype));
+        if (!added && at->second.second != i.dtype)
+          throw Error("[plan] initializer '" + name + "' (" + dtype_name(i.dtype) + ") and '" +
+                      at->second.first + "' (" + dtype_name(at->second.second) +
+                      ") are scales of the same quantization: its data is quantized against "
+                      "scales of one dtype");
+      }
+    }
     i.source = std::move(src);
     i.has_source = true;
     return;
   }
   throw Error("[plan] no initializer '" + name + "' to plan (declare it in the graph first)");
+}
+
+int32_t StreamingWeightPlan::scale_dtype(const PlannedInitializer& part) const {
+  const auto& src = std::get<StreamingLayoutSource>(part.source);
+  if (src.layout.part == MOBIUS_QUANT_PART_SCALES) return part.dtype;
+  auto it = scales_.find(quantization_key(src));
+  return it == scales_.end() ? MOBIUS_DTYPE_FLOAT : it->second.second;
 }
 
 void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::string& arch) const {
@@ -310,6 +840,8 @@ void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::str
           errors.push_back("tensor '" + t + "' is " + dtype_name(m->dtype) +
                            "; transforms read floating-point tensors");
       }
+    } else if (auto* l = std::get_if<StreamingLayoutSource>(&i.source)) {
+      check_layout_input(i, *l, [&](const std::string& t) { return need(i.name, t); }, errors);
     }
   }
   for (const auto& m : ckpt.tensors()) {
@@ -400,6 +932,30 @@ void StreamingWeightPlan::materialize(const PlannedInitializer& init, const Chec
       throw Error(ErrorKind::Plugin, "[weights] transform of '" + init.name + "' failed: " +
                                          (err[0] ? std::string(err) : "no reason given"));
     convert_elements(MOBIUS_DTYPE_FLOAT, out.data(), init.dtype, dst, out.size());
+  } else if (auto* l = std::get_if<StreamingLayoutSource>(&init.source)) {
+    // Whole tensors through the kernels write() runs tile by tile: the same bytes.
+    const LayoutInput in = layout_input(init, *l, cp);
+    auto* out = static_cast<uint8_t*>(dst);
+    std::optional<BlockQuantizer> q;
+    if (l->layout.kind == MOBIUS_LAYOUT_BLOCK_QUANTIZED)
+      q.emplace(l->layout, in.k, scale_dtype(init));
+    std::vector<uint8_t> whole;
+    uint64_t row0 = 0;  // the tensor's first row in the concatenated matrix
+    for (const TensorMeta* m : in.tensors) {
+      whole.resize(m->nbytes);
+      cp->read(*m, whole.data());
+      const uint64_t rows = static_cast<uint64_t>(m->shape[0]);
+      const uint64_t stride = in.k * dtype_size(m->dtype);
+      if (q) {
+        for (uint64_t r = 0; r < rows; ++r)
+          q->row(whole.data() + r * stride, m->dtype, out + (row0 + r) * q->row_bytes());
+      } else {
+        const size_t ts = dtype_size(init.dtype);
+        transpose_convert(whole.data(), stride, m->dtype, out + row0 * ts, in.n * ts, init.dtype,
+                          rows, in.k);
+      }
+      row0 += rows;
+    }
   } else {
     throw Error("[weights] initializer '" + init.name + "' has no source");
   }
@@ -544,6 +1100,124 @@ void stream_tensor(const TensorMeta& m, const CheckpointReader& cp, int32_t to, 
   }
 }
 
+// A layout source's tensor as the writers read it: blocks of rows and columns read from its file,
+// or, when the reader cannot point into a file for it (not contiguous), gathered whole once.
+class TensorRows {
+ public:
+  TensorRows(const TensorMeta& m, const CheckpointReader& cp, uint64_t cols)
+      : m_(m), ext_(cp.extent(m)), es_(dtype_size(m.dtype)), cols_(cols) {
+    if (!ext_) {
+      whole_.resize(m.nbytes);
+      cp.read(m, whole_.data());
+    }
+  }
+
+  // Rows [r0, r0 + rows) x columns [c0, c0 + n) as a pointer to the first element; sets
+  // `stride` to the bytes between rows. Read into `scratch` when from the file.
+  const uint8_t* block(uint64_t r0, uint64_t rows, uint64_t c0, uint64_t n,
+                       std::vector<uint8_t>& scratch, uint64_t& stride) const {
+    if (!ext_) {
+      stride = cols_ * es_;
+      return whole_.data() + r0 * stride + c0 * es_;
+    }
+    stride = n * es_;
+    if (scratch.size() < rows * stride) scratch.resize(rows * stride);
+    if (n == cols_) {
+      pread_all(ext_->fd, scratch.data(), rows * stride, ext_->offset + r0 * stride, m_.name);
+    } else {
+      for (uint64_t i = 0; i < rows; ++i)
+        pread_all(ext_->fd, scratch.data() + i * stride, stride,
+                  ext_->offset + ((r0 + i) * cols_ + c0) * es_, m_.name);
+    }
+    return scratch.data();
+  }
+
+  // Rows about to be read a block of columns at a time: the kernel reads them ahead in one go.
+  void will_need(uint64_t r0, uint64_t rows) const {
+    if (ext_)
+      ::posix_fadvise(ext_->fd, static_cast<off_t>(ext_->offset + r0 * cols_ * es_),
+                      static_cast<off_t>(rows * cols_ * es_), POSIX_FADV_WILLNEED);
+  }
+
+ private:
+  const TensorMeta& m_;
+  std::optional<CheckpointReader::FileExtent> ext_;
+  size_t es_;
+  uint64_t cols_;
+  std::vector<uint8_t> whole_;
+};
+
+// The transposed layout, [k, n] of `to`, one tile at a time (transposed_tile): a tile of B
+// source rows by C columns becomes B consecutive elements of C output rows, one segment each.
+// The tile is read and transposed a few source rows (256 KiB) at a time, so the source stays in
+// the cache, into rows padded by 64 bytes, so the rows of an 8x8 block do not compete for the
+// same cache sets.
+void write_transposed(int32_t to, const LayoutInput& in, const CheckpointReader& cp, int out,
+                      uint64_t out_off, const std::function<bool()>& cancelled,
+                      std::atomic<uint64_t>* progress) {
+  const size_t ts = dtype_size(to);
+  thread_local std::vector<uint8_t> src, tile;
+  uint64_t row0 = 0;  // the tensor's first row in the concatenated matrix
+  for (const TensorMeta* m : in.tensors) {
+    const TensorRows rows(*m, cp, in.k);
+    const uint64_t count = static_cast<uint64_t>(m->shape[0]);
+    const Tile t = transposed_tile(count, in.k, ts);
+    const uint64_t ld = t.rows * ts + 64;
+    const uint64_t step =
+        std::max<uint64_t>(8, (256u << 10) / (t.cols * dtype_size(m->dtype))) & ~uint64_t{7};
+    if (tile.size() < ld * t.cols) tile.resize(ld * t.cols);
+    for (uint64_t r0 = 0; r0 < count; r0 += t.rows) {
+      const uint64_t b = std::min(t.rows, count - r0);
+      if (t.cols < in.k) rows.will_need(r0, b);
+      for (uint64_t c0 = 0; c0 < in.k; c0 += t.cols) {
+        poll(cancelled);
+        const uint64_t c = std::min(t.cols, in.k - c0);
+        for (uint64_t i = 0; i < b; i += step) {
+          const uint64_t n = std::min(step, b - i);
+          uint64_t stride = 0;
+          const uint8_t* p = rows.block(r0 + i, n, c0, c, src, stride);
+          transpose_convert(p, stride, m->dtype, tile.data() + i * ts, ld, to, n, c);
+        }
+        for (uint64_t j = 0; j < c; ++j)
+          pwrite_all(out, tile.data() + j * ld, b * ts,
+                     out_off + ((c0 + j) * in.n + row0 + r0) * ts);
+        if (progress) *progress += b * c * ts;
+      }
+    }
+    row0 += count;
+  }
+  // Every output row is complete only now.
+  start_writeback(out, out_off, in.n * in.k * ts);
+}
+
+// A block-quantized part, a band of whole rows at a time (quantized_band): a band's output rows
+// are contiguous.
+void write_quantized(const BlockQuantizer& q, const LayoutInput& in, const CheckpointReader& cp,
+                     int out, uint64_t out_off, const std::function<bool()>& cancelled,
+                     std::atomic<uint64_t>* progress) {
+  const uint64_t row_bytes = q.row_bytes();
+  thread_local std::vector<uint8_t> src, dst;
+  uint64_t row0 = 0;
+  for (const TensorMeta* m : in.tensors) {
+    const TensorRows rows(*m, cp, in.k);
+    const uint64_t count = static_cast<uint64_t>(m->shape[0]);
+    const uint64_t band = quantized_band(in.k);
+    for (uint64_t r0 = 0; r0 < count; r0 += band) {
+      poll(cancelled);
+      const uint64_t b = std::min(band, count - r0);
+      uint64_t stride = 0;
+      const uint8_t* p = rows.block(r0, b, 0, in.k, src, stride);
+      if (dst.size() < b * row_bytes) dst.resize(b * row_bytes);
+      for (uint64_t i = 0; i < b; ++i) q.row(p + i * stride, m->dtype, dst.data() + i * row_bytes);
+      const uint64_t at = out_off + (row0 + r0) * row_bytes;
+      pwrite_all(out, dst.data(), b * row_bytes, at);
+      start_writeback(out, at, b * row_bytes);
+      if (progress) *progress += b * row_bytes;
+    }
+    row0 += count;
+  }
+}
+
 }  // namespace
 
 void StreamingWeightPlan::write(const PlannedInitializer& init, const CheckpointReader* cp,
@@ -562,6 +1236,14 @@ void StreamingWeightPlan::write(const PlannedInitializer& init, const Checkpoint
     uint64_t each = init.nbytes() / std::max<size_t>(1, b->tensors.size());
     for (size_t e = 0; e < b->tensors.size(); ++e)
       stream_tensor(meta(b->tensors[e]), *cp, init.dtype, out_fd, offset + e * each, cancelled, progress);
+  } else if (auto* l = std::get_if<StreamingLayoutSource>(&init.source)) {
+    const LayoutInput in = layout_input(init, *l, cp);
+    if (init.nbytes() == 0) return;
+    if (l->layout.kind == MOBIUS_LAYOUT_TRANSPOSED)
+      write_transposed(init.dtype, in, *cp, out_fd, offset, cancelled, progress);
+    else
+      write_quantized(BlockQuantizer(l->layout, in.k, scale_dtype(init)), in, *cp, out_fd, offset,
+                      cancelled, progress);
   } else {
     poll(cancelled);
     std::vector<uint8_t> buf(init.nbytes());

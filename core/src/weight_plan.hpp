@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -28,9 +30,16 @@ struct StreamingTransformedWeightSource {
   void* user = nullptr;
   void (*release)(void*) = nullptr;
 };
+// Rank-2 tensors with equal column counts, concatenated along their first dimension into one
+// [N, K] matrix (read as float32) and laid out as `layout` says: transposed to [K, N], or one
+// part of its MatMulNBits block quantization (plan_layout in mobius/plugin.h).
+struct StreamingLayoutSource {
+  std::vector<std::string> tensors;
+  mobius_weight_layout layout{};
+};
 
 using WeightSourceVariant = std::variant<StreamingWeightSource, StreamingExpertBankSource,
-                                         StreamingTransformedWeightSource>;
+                                         StreamingTransformedWeightSource, StreamingLayoutSource>;
 
 struct PlannedInitializer {
   std::string name;
@@ -52,7 +61,9 @@ class StreamingWeightPlan {
 
   void declare(const std::string& name, int32_t dtype, std::vector<int64_t> shape);
   bool declared(const std::string& name) const;
-  // Throws mobius::Error when the initializer is unknown or already has a source.
+  // Throws mobius::Error when the initializer is unknown or already has a source, and for a
+  // layout source that names no tensor, is not a valid layout, or cannot produce the
+  // initializer's dtype and rank (the plugin's mistakes, found before any checkpoint is read).
   void set_source(const std::string& name, WeightSourceVariant src);
   void ignore(const std::string& glob) { ignore_.push_back(glob); }
   const std::vector<std::string>& ignored() const { return ignore_; }
@@ -66,8 +77,9 @@ class StreamingWeightPlan {
 
   // Writes the initializer's bytes (its dtype) into `out_fd` at `offset`, streaming: a tensor
   // stored in the same dtype is copied file to file (in the kernel where it can be), a cast
-  // runs chunk by chunk, so memory stays bounded whatever the tensor's size. Polls `cancelled`
-  // between chunks (throws "[save] interrupted") and adds written bytes to `progress`.
+  // runs chunk by chunk, a layout tile by tile (transposed) or band by band (quantized), so
+  // memory stays bounded whatever the tensor's size. Polls `cancelled` between chunks (throws
+  // "[save] interrupted") and adds written bytes to `progress`.
   void write(const PlannedInitializer& init, const CheckpointReader* ckpt, int out_fd,
              uint64_t offset, const std::function<bool()>& cancelled,
              std::atomic<uint64_t>* progress) const;
@@ -77,9 +89,29 @@ class StreamingWeightPlan {
   void materialize(const PlannedInitializer& init, const CheckpointReader* ckpt, void* dst) const;
 
  private:
+  // The dtype the scales of a block-quantized part's quantization are stored in: the declared
+  // dtype of its SCALES part (planned from the same tensors with the same bits, block and
+  // symmetry), float32 when the plan has none. The data is quantized against the scales as
+  // stored, so dequantizing reproduces what the data was quantized against.
+  int32_t scale_dtype(const PlannedInitializer& part) const;
+
   std::vector<PlannedInitializer> inits_;
   std::vector<std::string> ignore_;
+  // The SCALES parts planned, by what the parts of a quantization share: name and dtype.
+  std::map<std::string, std::pair<std::string, int32_t>> scales_;
 };
+
+// Why initializer `dtype` of rank `rank` cannot come from `layout`: an invalid kind, bit width,
+// block size or part, or a dtype or rank the layout does not produce. Empty when it can.
+std::string layout_problem(const mobius_weight_layout& layout, int32_t dtype, size_t rank);
+// The shape a valid `layout` gives an [n, k] matrix.
+std::vector<int64_t> layout_shape(const mobius_weight_layout& layout, int64_t n, int64_t k);
+
+// For tests: tiny tiles so that small tensors span many (`side` source rows and columns per
+// transposed tile, side^2 source elements per quantized band; 0 restores the sizes made for
+// throughput), and whether the layouts may use the AVX2 kernels (false: the portable ones).
+void set_layout_tile_for_testing(size_t side);
+void set_layout_simd_for_testing(bool allowed);
 
 bool glob_match(const std::string& pattern, const std::string& text);
 // Converts n elements between numeric dtypes (floating types via float32, exactly for widening).

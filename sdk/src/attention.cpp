@@ -101,6 +101,11 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
     q = q_norm->forward(g, q);
     k = k_norm->forward(g, k);
   }
+  if (fused(g.context(), shared.act)) {
+    Value o = fused_attention(g, q, k, v, shared, past, present);
+    if (output_gate) o = Mul(o, Sigmoid(gate));
+    return o_proj->forward(g, o);
+  }
   if (!output_gate) q = Reshape(q, {0, 0, heads, head_dim});
   k = Reshape(k, {0, 0, kv_heads, head_dim});
   v = Reshape(v, {0, 0, kv_heads, head_dim});
@@ -121,6 +126,48 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   Value o = grouped_attention(g, shared, q, k, v, core, heads, kv_heads);
   if (output_gate) o = Mul(o, Sigmoid(gate));
   return o_proj->forward(g, o);
+}
+
+bool Attention::fused(const BuildContext& ctx, DType act) const {
+  if (!ort_ops(ctx)) return false;
+  // GroupQueryAttention runs float32 on the CPU; on CUDA it has float16 and bfloat16 kernels
+  // only, so a float32 CUDA graph keeps the standard attention.
+  return ctx.execution_provider() != "cuda" || act != DType::Float;
+}
+
+Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
+                                 const CacheMap& past, CacheMap& present) const {
+  // q [batch, seq, heads * head_dim] (or [.., heads, head_dim] after the output-gate split);
+  // k and v [batch, seq, kv_heads * head_dim].
+  if (output_gate) q = Reshape(q, {0, 0, heads * head_dim});
+  if (qk_norm == "head") {
+    q = Reshape(q_norm->forward(g, Reshape(q, {0, 0, heads, head_dim})), {0, 0, heads * head_dim});
+    k = Reshape(k_norm->forward(g, Reshape(k, {0, 0, kv_heads, head_dim})), {0, 0, kv_heads * head_dim});
+  }
+  const auto rot = static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
+  if (rot > 0) {
+    auto [cos, sin] = shared.rope_caches(rope, rot);
+    q = RotaryEmbedding(q, shared.position_ids, cos, sin, heads, rot, rope.interleaved);
+    k = RotaryEmbedding(k, shared.position_ids, cos, sin, kv_heads, rot, rope.interleaved);
+  }
+  auto [seqlens_k, total] = shared.gqa_lengths();
+  std::vector<Attr> attrs{Attr("num_heads", heads), Attr("kv_num_heads", kv_heads),
+                          Attr("scale", core.scale)};
+  if (core.softcap > 0) attrs.emplace_back("softcap", core.softcap);
+  // local_window_size w: key slot j is visible to query slot i iff i - w < j <= i, the window
+  // transformers applies.
+  if (core.window > 0) attrs.emplace_back("local_window_size", core.window);
+  const Value none;
+  const Value past_k = past.at("key"), past_v = past.at("value");
+  auto out = g.node("GroupQueryAttention",
+                    {q, k, v, past_k, past_v, seqlens_k, total, none, none, none, shared.gqa_bias()},
+                    {TensorType(q.dtype(), {Dim("batch_size"), Dim("sequence_length"), Dim(heads * head_dim)}),
+                     TensorType(past_k.dtype(), {Dim("batch_size"), Dim(kv_heads), Dim("total_sequence_length"), Dim(head_dim)}),
+                     TensorType(past_v.dtype(), {Dim("batch_size"), Dim(kv_heads), Dim("total_sequence_length"), Dim(head_dim)})},
+                    attrs, "com.microsoft");
+  present["key"] = out[1];
+  present["value"] = out[2];
+  return out[0];
 }
 
 }  // namespace mobius::nn

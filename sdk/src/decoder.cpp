@@ -5,6 +5,7 @@
 #include <climits>
 #include <iterator>
 #include <set>
+#include <tuple>
 
 namespace mobius::nn {
 
@@ -86,11 +87,21 @@ Value DecoderLayer::forward(Graph& g, Value h, SharedInputs& shared, const Cache
   };
   auto maybe = [&](const RMSNorm* n, Value v) { return n ? n->forward(g, v) : v; };
   const bool pre = placement == NormPlacement::Pre;
-  // Pre: the norm before the feed-forward is post_attention_layernorm (transformers' name).
   Value a = mixer->forward(g, maybe(input_layernorm, h), shared, past, present);
-  h = Add(h, scaled(pre ? a : post_attention_layernorm->forward(g, a)));
-  Value m = feed_forward->forward(
-      g, pre ? post_attention_layernorm->forward(g, h) : maybe(pre_feedforward_layernorm, h));
+  // The residual add and the norm before the feed-forward are one step (one
+  // SkipSimplifiedLayerNormalization with ONNX Runtime's operators). Pre: that norm is
+  // post_attention_layernorm (transformers' name); Sandwich: pre_feedforward_layernorm; Post:
+  // none.
+  const RMSNorm* ff_norm = pre ? post_attention_layernorm : pre_feedforward_layernorm;
+  Value branch = scaled(pre ? a : post_attention_layernorm->forward(g, a));
+  Value ff_in;
+  if (ff_norm) {
+    std::tie(ff_in, h) = ff_norm->forward_skip(g, branch, h);
+  } else {
+    h = Add(h, branch);
+    ff_in = h;
+  }
+  Value m = feed_forward->forward(g, ff_in);
   return Add(h, scaled(maybe(post_feedforward_layernorm, m)));
 }
 
@@ -244,6 +255,7 @@ std::vector<std::vector<CacheEntry>> CausalLMModel::cache_layout(DType act) cons
 TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
   SharedInputs shared(g, in.input_ids, in.attention_mask, in.position_ids,
                       activation_dtype(g.context()));
+  shared.max_positions = cfg.max_position_embeddings;
   TextGenOutputs out;
   Value h = model->forward(g, shared, in.past, out.present);
   ScopeGuard s(g, "lm_head");

@@ -294,7 +294,7 @@ class TypedLinear : public Linear {
 Value GatedRMSNorm::forward(Graph& g, Value x, Value gate) const {
   ScopeGuard s(g, path());
   Value n = Cast(normalized_f32(g, x), x.dtype());
-  n = Cast(Mul(Cast(param(g, "weight"), x.dtype()), n), DType::Float);
+  n = Cast(Mul(param(g, "weight", x.dtype()), n), DType::Float);
   return Cast(Mul(n, activation("silu", Cast(gate, DType::Float))), x.dtype());
 }
 
@@ -370,7 +370,7 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const Cach
   Value window = Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float);
   // float32 from here on, as transformers' delta rule; this also keeps the Conv on ONNX
   // Runtime's float32 CPU kernel whatever the build dtype.
-  Value w = Cast(conv1d->param(g, "weight"), DType::Float);
+  Value w = conv1d->param(g, "weight", DType::Float);
   Value conv =
       node1(g, "Conv", {window, w}, TensorType(DType::Float, {x.dim(0), Dim(conv_dim), x.dim(1)}),
             {Attr("group", conv_dim), Attr("kernel_shape", std::vector<int64_t>{kernel})});
@@ -386,8 +386,8 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const Cach
   v = Transpose(v, {0, 2, 1, 3});  // [b, hv, seq, dv]
 
   Value beta = Transpose(Sigmoid(Cast(b, DType::Float)), {0, 2, 1});  // [b, hv, seq]
-  Value a_log = Cast(param(g, "A_log"), DType::Float);
-  Value dt_bias = Cast(param(g, "dt_bias"), DType::Float);
+  Value a_log = param(g, "A_log", DType::Float);
+  Value dt_bias = param(g, "dt_bias", DType::Float);
   Value decay = Mul(Neg(Exp(a_log)), Softplus(Add(Cast(a, DType::Float), dt_bias)));
   decay = Transpose(decay, {0, 2, 1});
 

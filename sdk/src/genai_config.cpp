@@ -347,7 +347,10 @@ json make_genai_config(const GenaiFacts& f) {
                   {"present_value_names", f.present_names + "value"}};
   model["decoder"] = {
       {"filename", f.filename},
-      {"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", json::array()}}},
+      {"session_options",
+       {{"log_id", "onnxruntime-genai"},
+        {"provider_options", f.provider == "cuda" ? json::array({{{"cuda", json::object()}}})
+                                                  : json::array()}}},
       {"head_size", f.head_size},
       {"hidden_size", f.hidden_size},
       {"num_attention_heads", f.num_attention_heads},
@@ -358,7 +361,8 @@ json make_genai_config(const GenaiFacts& f) {
 
   // search: greedy defaults (transformers' GenerationConfig defaults, top_k 50 included, which
   // is also GenAI's), overridden by generation_config.json's values where they are valid.
-  // past_present_share_buffer stays false: the graph's present cache is past + new tokens.
+  // past_present_share_buffer: GroupQueryAttention writes the new tokens into the past buffer
+  // itself (GenAI then allocates max_length once); otherwise present = past + new tokens.
   const json& g = f.generation_config;
   bool do_sample = false;
   if (g.is_object())
@@ -386,7 +390,7 @@ json make_genai_config(const GenaiFacts& f) {
                  {"no_repeat_ngram_size", 0},
                  {"num_beams", 1},
                  {"num_return_sequences", 1},
-                 {"past_present_share_buffer", false},
+                 {"past_present_share_buffer", f.share_buffer},
                  {"repetition_penalty", repetition_penalty},
                  {"temperature", temperature},
                  {"top_k", top_k},

@@ -54,6 +54,10 @@ struct GenaiFacts {
   // False when a conv_state or recurrent_state input has a symbolic dim other than batch (dim 0):
   // GenAI allocates those states from the graph's shapes.
   bool state_dims_static = true;
+  // True when every cache is a key/value pair that GroupQueryAttention reads and writes in one
+  // buffer of max_length (past_present_share_buffer).
+  bool share_buffer = false;
+  std::string provider = "cpu";  // the execution provider the graph was built for ("cpu", "cuda")
 
   nlohmann::json config;             // the checkpoint's config.json (top level), or null
   nlohmann::json generation_config;  // generation_config.json, or null when absent

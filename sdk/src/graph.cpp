@@ -227,6 +227,7 @@ std::vector<Value> Graph::node(const std::string& op_type, const std::vector<Val
     in_names.push_back(&v.graph() == this ? v.name() : outer(v).name());
   }
   std::string node_name = fresh_name(op_type);
+  ++op_counts_[op_type];
   std::vector<std::string> out_names;
   for (size_t i = 0; i < output_types.size(); ++i)
     out_names.push_back(output_types.size() == 1 ? node_name + "/out"
@@ -384,6 +385,32 @@ std::string BuildContext::model_file() const {
   return "model.onnx";
 }
 
+std::string BuildContext::ops() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, ops) && o->ops) return o->ops;
+  return "standard";
+}
+
+int BuildContext::weight_bits() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, weight_bits) ? o->weight_bits : 0;
+}
+
+int BuildContext::block_size() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, block_size) ? o->block_size : 32;
+}
+
+bool BuildContext::symmetric() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, symmetric) && o->symmetric;
+}
+
+int BuildContext::accuracy_level() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, accuracy_level) ? o->accuracy_level : 4;
+}
+
 DType BuildContext::weight_dtype() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   return o && o->dtype ? static_cast<DType>(o->dtype) : DType::Float;
@@ -453,6 +480,17 @@ void BuildContext::plan_transformed(const std::string& initializer,
                                              &run_transform, user, &release_transform);
   if (st != MOBIUS_OK) delete user;  // the host takes ownership only on success
   check(st, "plan '" + initializer + "'");
+}
+
+void BuildContext::plan_layout(const std::string& initializer,
+                               const std::vector<std::string>& tensors,
+                               const mobius_weight_layout& layout) {
+  require_slot(MOBIUS_HAS_FIELD(host_, mobius_host_api, plan_layout) && host_->plan_layout,
+               "plan_layout");
+  std::vector<const char*> p;
+  for (const auto& t : tensors) p.push_back(t.c_str());
+  check(host_->plan_layout(ctx_, initializer.c_str(), p.data(), p.size(), &layout),
+        "plan '" + initializer + "'");
 }
 
 void BuildContext::ignore_tensors(const std::string& glob) {

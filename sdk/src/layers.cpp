@@ -69,6 +69,71 @@ Value SharedInputs::query_is_real() {
   return v;
 }
 
+std::pair<Value, Value> SharedInputs::gqa_lengths() {
+  if (auto it = cache_.find("gqa/total"); it != cache_.end())
+    return {cache_.at("gqa/seqlens_k"), it->second};
+  ScopeGuard s(g_, "gqa_lengths");
+  Value total = DimOf(attention_mask, 1);  // int64 [1]
+  Value batch = DimOf(attention_mask, 0);
+  Value last = Cast(Sub(total, Int(g_, 1)), DType::Int32);
+  Value seqlens = Expand(last, batch, TensorType(DType::Int32, {Dim("batch_size")}));
+  Value total32 = Squeeze(Cast(total, DType::Int32), {0});
+  cache_["gqa/seqlens_k"] = seqlens;
+  cache_["gqa/total"] = total32;
+  return {seqlens, total32};
+}
+
+Value SharedInputs::gqa_bias() {
+  if (auto it = cache_.find("gqa/bias"); it != cache_.end()) return it->second;
+  Value vis = visible(0);
+  ScopeGuard s(g_, "mask");
+  const double lowest = act == DType::Float16 ? -65504.0 : -FLT_MAX;
+  Value bias = Where(vis, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+  cache_["gqa/bias"] = bias;
+  return bias;
+}
+
+std::pair<Value, Value> SharedInputs::rope_caches(const RopeConfig& rope, int64_t rot) {
+  nlohmann::json j = rope;
+  const std::string key = "rope_cache/" + j.dump() + "/" + std::to_string(rot);
+  if (auto it = cache_.find(key + "/cos"); it != cache_.end()) return {it->second, cache_.at(key + "/sin")};
+  if (max_positions <= 0) throw Error("[rope] the rotary caches need max_position_embeddings");
+  double scaling = 1.0;
+  std::vector<float> inv = rope_inv_freq(rope, rot, &scaling);
+  BuildContext& ctx = g_.context();
+  // One pair of caches per distinct rope: named by their order of creation.
+  const std::string base = "rope" + (rope_cache_count_ ? std::to_string(rope_cache_count_) : std::string());
+  ++rope_cache_count_;
+  const TensorType t(act, {Dim(max_positions), Dim(static_cast<int64_t>(inv.size()))});
+  std::pair<Value, Value> out;
+  for (int which = 0; which < 2; ++which) {
+    const std::string name = base + (which == 0 ? ".cos_cache" : ".sin_cache");
+    Value v = ctx.graph().initializer(name, t);
+    ctx.plan_transformed(name, {}, [inv, scaling, which](const std::vector<HostTensor>&, float* out, size_t n) {
+      const size_t w = inv.size();
+      for (size_t i = 0; i < n; ++i) {
+        // position * inv_freq in float32, as transformers' float32 matmul computes it.
+        const float angle = static_cast<float>(i / w) * inv[i % w];
+        const auto c = static_cast<float>(which == 0 ? std::cos(static_cast<double>(angle))
+                                                     : std::sin(static_cast<double>(angle)));
+        out[i] = scaling == 1.0 ? c : c * static_cast<float>(scaling);
+      }
+    });
+    (which == 0 ? out.first : out.second) = v;
+  }
+  cache_[key + "/cos"] = out.first;
+  cache_[key + "/sin"] = out.second;
+  return out;
+}
+
+Value RotaryEmbedding(Value x, Value position_ids, Value cos, Value sin, int64_t heads,
+                      int64_t rotary_dim, bool interleaved) {
+  return x.graph().node("RotaryEmbedding", {x, position_ids, cos, sin}, {x.type()},
+                        {Attr("num_heads", heads), Attr("rotary_embedding_dim", rotary_dim),
+                         Attr("interleaved", static_cast<int64_t>(interleaved ? 1 : 0))},
+                        "com.microsoft")[0];
+}
+
 std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t dim, double* attention_scaling) {
   // Computed in float32 arithmetic, the way transformers' float32 tensors compute it.
   const auto n = static_cast<size_t>(dim / 2);
@@ -230,6 +295,8 @@ Value activation(const std::string& name, Value x) {
 // ---------------------------------------------------------------------------------------------
 // Layers
 
+bool ort_ops(const BuildContext& ctx) { return ctx.ops() == "ort"; }
+
 Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_features(out), has_bias(bias) {
   declare("weight", {out, in});
   if (bias) declare("bias", {out});
@@ -237,10 +304,76 @@ Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_featur
 
 Value Linear::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
-  Value w = Cast(param(g, "weight"), x.dtype());
-  Value y = MatMul(x, Transpose(w, {1, 0}));
-  if (has_bias) y = Add(y, Cast(param(g, "bias"), x.dtype()));
+  BuildContext& ctx = g.context();
+  // The checkpoint stores [out, in]; the graph reads its own initializer in the layout its
+  // operator consumes, made while the weights stream: [in, out] for MatMul, blocks for
+  // MatMulNBits. A tied weight (lm_head from the embedding table) gets its own copy in that
+  // layout, named after this module.
+  const std::string name = full_name("weight");
+  const std::vector<std::string> sources{source_tensor("weight")};
+  // A weight declared with its own dtype (kept precise on purpose) is never quantized.
+  const DType declared = parameter("weight").dtype != DType::Undefined ? parameter("weight").dtype
+                                                                       : ctx.weight_dtype();
+  Value y;
+  if (ctx.weight_bits() > 0 && parameter("weight").dtype == DType::Undefined) {
+    if (!ort_ops(ctx))
+      throw Error("[config] --dtype int" + std::to_string(ctx.weight_bits()) +
+                  " needs ONNX Runtime's MatMulNBits; it has no standard-ONNX form at opset 17 "
+                  "(use --ops ort)");
+    y = matmul_nbits(g, x, name, sources, in_features, out_features);
+  } else {
+    Value w = weight_in_out(g, name, sources, in_features, out_features, declared);
+    y = MatMul(x, Cast(w, x.dtype()));  // a Cast only for bfloat16 weights (computed in float32)
+  }
+  if (has_bias) y = Add(y, param(g, "bias", x.dtype()));
   return y;
+}
+
+Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,
+                    int64_t in, int64_t out, DType dtype) {
+  BuildContext& ctx = g.context();
+  if (auto w = ctx.graph().find_initializer(name)) return *w;
+  Value w = ctx.graph().initializer(name, TensorType(dtype, {Dim(in), Dim(out)}));
+  mobius_weight_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.kind = MOBIUS_LAYOUT_TRANSPOSED;
+  ctx.plan_layout(name, sources, layout);
+  return w;
+}
+
+Value matmul_nbits(Graph& g, Value x, const std::string& name,
+                   const std::vector<std::string>& sources, int64_t k, int64_t n) {
+  BuildContext& ctx = g.context();
+  BlockQuant q{ctx.weight_bits(), ctx.block_size(), ctx.symmetric()};
+  const std::vector<std::string> parts{name + "_Q" + std::to_string(q.bits), name + "_scales",
+                                       name + "_zero_points"};
+  const int n_parts = q.symmetric ? 2 : 3;
+  std::vector<Value> inputs{x};
+  for (int part = 0; part < n_parts; ++part) {
+    Value v = ctx.graph().find_initializer(parts[part]).value_or(Value());
+    if (!v.valid()) {
+      DType dt = part == MOBIUS_QUANT_PART_SCALES ? x.dtype() : DType::UInt8;
+      std::vector<Dim> dims;
+      for (int64_t d : quant_part_shape(q, part, n, k)) dims.emplace_back(d);
+      v = ctx.graph().initializer(parts[part], TensorType(dt, dims));
+      mobius_weight_layout layout{};
+      layout.struct_size = sizeof(layout);
+      layout.kind = MOBIUS_LAYOUT_BLOCK_QUANTIZED;
+      layout.bits = q.bits;
+      layout.block_size = q.block;
+      layout.symmetric = q.symmetric ? 1 : 0;
+      layout.part = part;
+      ctx.plan_layout(parts[part], sources, layout);
+    }
+    inputs.push_back(v);
+  }
+  TensorType t = x.type();
+  if (t.rank_known) t.dims.back() = Dim(n);
+  return g.node("MatMulNBits", inputs, {t},
+                {Attr("K", k), Attr("N", n), Attr("bits", static_cast<int64_t>(q.bits)),
+                 Attr("block_size", static_cast<int64_t>(q.block)),
+                 Attr("accuracy_level", static_cast<int64_t>(ctx.accuracy_level()))},
+                "com.microsoft")[0];
 }
 
 Embedding::Embedding(int64_t v, int64_t d) : vocab(v), dim(d) { declare("weight", {v, d}); }
@@ -259,17 +392,55 @@ Value RMSNorm::normalized_f32(Graph& g, Value x) const {
   return Mul(xf, Reciprocal(Sqrt(Add(var, Scalar(x.graph(), DType::Float, eps)))));
 }
 
+Value RMSNorm::scale(Graph& g, DType dt) const { return param(g, "weight", dt); }
+
+Value RMSNorm::simplified(Graph& g, Value x) const {
+  return g.node("SimplifiedLayerNormalization", {x, scale(g, x.dtype())}, {x.type()},
+                {Attr("axis", static_cast<int64_t>(-1)), Attr("epsilon", eps),
+                 Attr("stash_type", static_cast<int64_t>(1))})[0];
+}
+
 Value RMSNorm::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
+  if (ort_ops(g.context())) return simplified(g, x);
   Value n = Cast(normalized_f32(g, x), x.dtype());
-  return Mul(Cast(param(g, "weight"), x.dtype()), n);
+  return Mul(scale(g, x.dtype()), n);
+}
+
+std::pair<Value, Value> RMSNorm::forward_skip(Graph& g, Value x, Value skip) const {
+  if (!ort_ops(g.context()) || !fusable(x.dtype())) {
+    Value sum = Add(skip, x);
+    return {forward(g, sum), sum};
+  }
+  ScopeGuard s(g, path());
+  auto out = g.node("SkipSimplifiedLayerNormalization", {x, skip, scale(g, x.dtype())},
+                    {x.type(), TensorType(DType::Float, {}), TensorType(DType::Float, {}), x.type()},
+                    {Attr("epsilon", eps)}, "com.microsoft");
+  return {out[0], out[3]};
+}
+
+// (1 + w), computed once while the weights stream rather than in the graph.
+Value OffsetRMSNorm::scale(Graph& g, DType dt) const {
+  BuildContext& ctx = g.context();
+  const std::string name = full_name("weight") + "_plus_one";
+  if (auto v = ctx.graph().find_initializer(name)) return *v;
+  Value v = ctx.graph().initializer(name, TensorType(dt, {Dim(dim)}));
+  ctx.plan_transformed(name, {source_tensor("weight")},
+                       [](const std::vector<HostTensor>& in, float* out, size_t n) {
+                         for (size_t i = 0; i < n; ++i) out[i] = in[0].data[i] + 1.0f;
+                       });
+  return v;
 }
 
 Value OffsetRMSNorm::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
-  Value n = normalized_f32(g, x);
-  Value w = Add(Cast(param(g, "weight"), DType::Float), Scalar(g, DType::Float, 1.0));
-  return Cast(Mul(n, w), x.dtype());
+  if (ort_ops(g.context())) {
+    // (1 + w) rounded to float16 would change the result: a float16 input is normalized and
+    // scaled in float32 and cast once after, as transformers does.
+    return fusable(x.dtype()) ? simplified(g, x) : Cast(simplified(g, Cast(x, DType::Float)), x.dtype());
+  }
+  // transformers computes (1 + w) * normalized(x) in float32 and casts after.
+  return Cast(Mul(normalized_f32(g, x), scale(g, DType::Float)), x.dtype());
 }
 
 NormFactory norm_factory(NormKind kind) {

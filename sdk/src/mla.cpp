@@ -132,11 +132,10 @@ Value MultiHeadLatentAttention::forward(Graph& g, Value x, SharedInputs& shared,
   Value cache = Concat({past.at("latent"), Concat({latent, k_pe}, -1)}, 2);  // [b, 1, total, r+dr]
   present["latent"] = cache;
 
-  // kv_b_proj per head: [W_uk (nope rows) | W_uv (v rows)] x r. ONNX Runtime folds these
-  // reshapes of the initializer once, at session start.
-  Value w = Reshape(Cast(kv_b_proj->param(g, "weight"), act), {h, nope + dv, r});
-  auto wkv = Split(w, {nope, dv}, 1);
-  Value q_lat = MatMul(q_nope, wkv[0]);  // q_nope . W_uk: [batch, heads, seq, r]
+  // kv_b_proj per head: [W_uk (nope rows) | W_uv (v rows)] x r, split while the weights
+  // stream into W_uk [heads, nope, r] and W_uv^T [heads, r, dv].
+  auto [w_uk, w_uv_t] = absorbed_weights(g, act);
+  Value q_lat = MatMul(q_nope, w_uk);  // q_nope . W_uk: [batch, heads, seq, r]
   Value qf = Concat({q_lat, q_pe}, -1);  // scores against [latent | k_pe] in one matmul
   AttentionCore core;
   core.scale = scale;
@@ -144,8 +143,31 @@ Value MultiHeadLatentAttention::forward(Graph& g, Value x, SharedInputs& shared,
   // probs . [latent | k_pe], then drop the rope columns: slicing the small product is cheaper
   // than slicing the whole cache every step.
   Value o = Slice(MatMul(probs, cache), {0}, {r}, {-1});  // [batch, heads, seq, r]
-  o = MatMul(o, Transpose(wkv[1], {0, 2, 1}));            // . W_uv^T: [batch, heads, seq, dv]
+  o = MatMul(o, w_uv_t);                                  // . W_uv^T: [batch, heads, seq, dv]
   return o_proj->forward(g, merge_heads(o, h, dv));
+}
+
+std::pair<Value, Value> MultiHeadLatentAttention::absorbed_weights(Graph& g, DType act) const {
+  BuildContext& ctx = g.context();
+  const int64_t h = cfg.heads, nope = cfg.qk_nope_head_dim, r = cfg.kv_lora_rank, dv = cfg.v_head_dim;
+  const std::string base = kv_b_proj->full_name("weight");
+  const std::vector<std::string> src{kv_b_proj->source_tensor("weight")};
+  Value uk = ctx.graph().initializer(base + "_uk", TensorType(act, {Dim(h), Dim(nope), Dim(r)}));
+  ctx.plan_transformed(base + "_uk", src, [=](const std::vector<HostTensor>& in, float* out, size_t) {
+    const float* w = in[0].data;  // [h * (nope + dv), r]
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < nope; ++j)
+        for (int64_t c = 0; c < r; ++c) out[(i * nope + j) * r + c] = w[(i * (nope + dv) + j) * r + c];
+  });
+  Value uv = ctx.graph().initializer(base + "_uv_t", TensorType(act, {Dim(h), Dim(r), Dim(dv)}));
+  ctx.plan_transformed(base + "_uv_t", src, [=](const std::vector<HostTensor>& in, float* out, size_t) {
+    const float* w = in[0].data;
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < dv; ++j)
+        for (int64_t c = 0; c < r; ++c)
+          out[(i * r + c) * dv + j] = w[(i * (nope + dv) + nope + j) * r + c];
+  });
+  return {uk, uv};
 }
 
 MixerFactory mla_mixer() {

@@ -32,14 +32,23 @@ void Module::set_path(const std::string& p) {
   for (auto& [n, m] : children_) m->set_path(full_name(n));
 }
 
-Value Module::param(Graph& g, const std::string& local) const {
+const ParameterSpec& Module::parameter(const std::string& local) const {
   auto it = params_.find(local);
   if (it == params_.end()) throw Error("[module] '" + path_ + "' has no parameter '" + local + "'");
-  const ParameterSpec& p = it->second;
+  return it->second;
+}
+
+std::string Module::source_tensor(const std::string& local) const {
+  const ParameterSpec& p = parameter(local);
+  return p.source.empty() ? full_name(local) : p.source;
+}
+
+Value Module::param(Graph& g, const std::string& local, DType as) const {
+  const ParameterSpec& p = parameter(local);
   BuildContext& ctx = g.context();
-  DType dt = p.dtype == DType::Undefined ? ctx.weight_dtype() : p.dtype;
+  DType dt = p.dtype != DType::Undefined ? p.dtype : as != DType::Undefined ? as : ctx.weight_dtype();
   // A tied parameter is the same initializer as its source: one copy of the bytes.
-  std::string name = p.source.empty() ? full_name(local) : p.source;
+  std::string name = source_tensor(local);
   if (auto v = ctx.graph().find_initializer(name)) return *v;
   std::vector<Dim> dims(p.shape.begin(), p.shape.end());
   Value v = ctx.graph().initializer(name, TensorType(dt, dims));

@@ -60,7 +60,8 @@ MoERouter::MoERouter(const MoEConfig& c) : cfg(c) {
 std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
   const int64_t E = cfg.n_routed_experts, G = cfg.n_group;
-  Value w = Transpose(Cast(param(g, "weight"), DType::Float), {1, 0});
+  Value w = weight_in_out(g, full_name("weight"), {source_tensor("weight")}, cfg.hidden,
+                          cfg.n_routed_experts, DType::Float);
   Value logits = MatMul(Cast(x, DType::Float), w);  // [N, E]
   const bool sigmoid = cfg.scoring == "sigmoid";
   Value scores = sigmoid ? Sigmoid(logits) : Softmax(logits, -1);

@@ -1,6 +1,7 @@
 // runtime_files.cpp - the text-generation task's runtime files (plugin.hpp,
 // add_text_generation_files): what a runtime reads beside the graph, made from the graph's
 // inputs and outputs and from the checkpoint's small config files.
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -75,6 +76,16 @@ GenaiFacts genai_facts(BuildContext& ctx, const std::string& model_type, const n
     }
     f.cache_kinds.push_back(std::move(kinds));
   }
+  size_t kv_layers = 0;
+  bool only_kv = true;
+  for (const auto& kinds : f.cache_kinds) {
+    const bool kv = kinds.size() == 2 && std::count(kinds.begin(), kinds.end(), "key") == 1 &&
+                    std::count(kinds.begin(), kinds.end(), "value") == 1;
+    if (kv) ++kv_layers;
+    else if (!kinds.empty()) only_kv = false;
+  }
+  f.share_buffer = only_kv && kv_layers > 0 && g.op_count("GroupQueryAttention") == kv_layers;
+  f.provider = ctx.execution_provider();
   return f;
 }
 

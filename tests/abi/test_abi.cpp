@@ -276,6 +276,102 @@ TEST_CASE("abi: the SDK checks the host table's size before a slot added after v
                        mobius::sdk::Error);
 }
 
+TEST_CASE("abi: plan_layout reads its layout within its size and reports errors in last_error") {
+  const mobius_host_api* api = mobius::host_api();
+  REQUIRE(MOBIUS_HAS_FIELD(api, mobius_host_api, plan_layout));
+  mobius_context ctx;
+  std::vector<mobius_dim> dims{{4, nullptr}, {3, nullptr}};
+  auto t = ttype(dims);
+  REQUIRE(api->add_initializer(api->main_graph(&ctx), "w_t", &t) == MOBIUS_OK);
+  const char* tensors[] = {"proj.weight"};
+  mobius_weight_layout l{};
+  l.struct_size = sizeof(l);
+  l.kind = MOBIUS_LAYOUT_TRANSPOSED;
+
+  CHECK(api->plan_layout(nullptr, "w_t", tensors, 1, &l) == MOBIUS_ERROR);
+  CHECK(api->plan_layout(&ctx, nullptr, tensors, 1, &l) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[abi] initializer is NULL");
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 1, nullptr) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[abi] layout of 'w_t' is NULL");
+  mobius_weight_layout small = l;
+  small.struct_size = MOBIUS_WEIGHT_LAYOUT_SIZE_V1 - 1;
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 1, &small) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[abi] layout of 'w_t': struct_size " +
+                               std::to_string(MOBIUS_WEIGHT_LAYOUT_SIZE_V1 - 1) +
+                               " is smaller than version 1's " +
+                               std::to_string(MOBIUS_WEIGHT_LAYOUT_SIZE_V1) + " bytes");
+  CHECK(api->plan_layout(&ctx, "w_t", nullptr, 1, &l) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[abi] NULL tensor name list");
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 0, &l) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[plan] initializer 'w_t' is laid out from no tensor");
+  mobius_weight_layout q = l;
+  q.kind = MOBIUS_LAYOUT_BLOCK_QUANTIZED;
+  q.bits = 3;
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 1, &q) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[plan] initializer 'w_t': block quantization has 4 or 8 bits, not 3");
+  CHECK(api->plan_layout(&ctx, "absent", tensors, 1, &l) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[plan] no initializer 'absent' to plan (declare it in the graph first)");
+
+  // A layout from a later header: the fields past this host's are never read.
+  struct {
+    mobius_weight_layout v;
+    int32_t appended[4];
+  } larger{};
+  larger.v = l;
+  larger.v.struct_size = sizeof(larger);
+  std::fill(std::begin(larger.appended), std::end(larger.appended), -1);
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 1, &larger.v) == MOBIUS_OK);
+  CHECK(api->plan_layout(&ctx, "w_t", tensors, 1, &l) == MOBIUS_ERROR);
+  CHECK(last_error(ctx) == "[plan] initializer 'w_t' already has a source");
+
+  // Through the SDK: the host's message, naming the initializer.
+  mobius::BuildContext bc(api, &ctx);
+  CHECK_THROWS_WITH_AS(bc.plan_layout("w_t", {"proj.weight"}, l),
+                       "[plan] initializer 'w_t' already has a source (plan 'w_t')", mobius::sdk::Error);
+}
+
+TEST_CASE("abi: the SDK's plan_layout and quantization options on a host that predates them") {
+  mobius_context ctx;
+  mobius_weight_layout l{};
+  l.struct_size = sizeof(l);
+  l.kind = MOBIUS_LAYOUT_TRANSPOSED;
+  // A host whose table ends before plan_layout, and whose build options end with
+  // runtime_is_default.
+  mobius_host_api old = *mobius::host_api();
+  old.struct_size = offsetof(mobius_host_api, plan_layout);
+  ctx.options.struct_size = MOBIUS_SIZE_THROUGH(mobius_build_options, runtime_is_default);
+  {
+    mobius::BuildContext bc(&old, &ctx);
+    std::string too_old = "has no 'plan_layout' slot; use a newer mobius";
+    CHECK_THROWS_WITH_AS(bc.plan_layout("w", {"proj.weight"}, l), doctest::Contains(too_old.c_str()),
+                         mobius::sdk::Error);
+    CHECK(bc.ops() == "standard");
+    CHECK(bc.weight_bits() == 0);
+    CHECK(bc.block_size() == 32);
+    CHECK_FALSE(bc.symmetric());
+    CHECK(bc.accuracy_level() == 4);
+  }
+  // This host: its defaults, then what a build sets.
+  ctx.options.struct_size = sizeof(ctx.options);
+  mobius::BuildContext bc(mobius::host_api(), &ctx);
+  CHECK(bc.ops() == "ort");
+  CHECK(bc.weight_bits() == 0);
+  CHECK(bc.block_size() == 32);
+  CHECK_FALSE(bc.symmetric());
+  CHECK(bc.accuracy_level() == 4);
+  ctx.ops = "standard";
+  ctx.options.ops = ctx.ops.c_str();
+  ctx.options.weight_bits = 8;
+  ctx.options.block_size = 128;
+  ctx.options.symmetric = 1;
+  ctx.options.accuracy_level = 0;
+  CHECK(bc.ops() == "standard");
+  CHECK(bc.weight_bits() == 8);
+  CHECK(bc.block_size() == 128);
+  CHECK(bc.symmetric());
+  CHECK(bc.accuracy_level() == 0);
+}
+
 TEST_CASE("abi: no exception crosses the boundary and the error says whose fault it is") {
   auto l = load_abi_plugins();
   struct Case {

@@ -15,7 +15,14 @@ namespace mobius {
 
 // The graph uses standard ONNX ops only (the ABI's execution_provider is always "cpu").
 struct BuildOptions {
-  std::string dtype = "f32";  // weight dtype: f32 | f16 | bf16
+  // Weight dtype: f32 | f16 | bf16, or int4 | int8 (MatMul weights block-quantized for
+  // MatMulNBits; activations float32 on the CPU, float16 on CUDA).
+  std::string dtype = "f32";
+  std::string ep = "cpu";   // execution provider the graph is tuned for: cpu | cuda
+  std::string ops = "ort";  // operator set: ort (ONNX Runtime contrib operators) | standard
+  int block_size = 32;      // int4/int8: quantization block along the input dimension
+  bool symmetric = false;   // int4/int8: symmetric RTN (no zero points) instead of asymmetric
+  int accuracy_level = -1;  // int4/int8: MatMulNBits accuracy_level; -1: 4 on cpu, 0 on cuda
   bool no_weights = false;    // build the graph only (no checkpoint needed)
   bool quiet = false;
   // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,

@@ -61,7 +61,8 @@ struct AttentionNames {
 // layer's rope (cfg.sliding_rope on sliding layers when the config has one, partial rotary),
 // soft-capping, the layer's sliding window. With output_gate, q_proj yields per head
 // [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
-// The cache is "key" and "value" [batch, kv_heads, past, head_dim].
+// The cache is "key" and "value" [batch, kv_heads, past, head_dim]. With ONNX Runtime's
+// operators (--ops ort) the layer is RotaryEmbedding + GroupQueryAttention, same semantics.
 class Attention : public TokenMixer {
  public:
   Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
@@ -82,6 +83,17 @@ class Attention : public TokenMixer {
   const Linear* o_proj;
   const RMSNorm* q_norm = nullptr;
   const RMSNorm* k_norm = nullptr;
+
+ private:
+  // True when the build uses ONNX Runtime's GroupQueryAttention and RotaryEmbedding (--ops ort)
+  // instead of the attention spelled out in standard operators.
+  bool fused(const BuildContext& ctx, DType act) const;
+  // The layer as RotaryEmbedding + GroupQueryAttention: q [batch, seq, heads * head_dim] (or
+  // split per head by the output gate), k and v [batch, seq, kv_heads * head_dim], after a
+  // "full" q/k norm; returns [batch, seq, heads * head_dim]. The cache is the operator's
+  // past/present key and value (one buffer when the runtime shares them).
+  Value fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
+                        const CacheMap& past, CacheMap& present) const;
 };
 
 }  // namespace mobius::nn

@@ -43,6 +43,16 @@ class BuildContext {
   // The graph file the host writes, relative to the output folder ("model.onnx",
   // "onnx/model_fp16.onnx").
   std::string model_file() const;
+  // The operator set the graph may use: "ort" (ONNX Runtime's contrib operators) or "standard";
+  // "standard" from a host that predates the option.
+  std::string ops() const;
+  // Weight-only quantization of the MatMul weights (mobius_build_options): 0 (none), 4 or 8
+  // bits, its block size, symmetry and MatMulNBits accuracy_level; from a host that predates
+  // them 0, 32, false and 4.
+  int weight_bits() const;
+  int block_size() const;
+  bool symmetric() const;
+  int accuracy_level() const;
 
   Graph& graph() { return *main_; }
 
@@ -51,6 +61,11 @@ class BuildContext {
   void plan_expert_bank(const std::string& initializer, const std::vector<std::string>& tensors);
   void plan_transformed(const std::string& initializer, const std::vector<std::string>& tensors,
                         WeightTransform fn);
+  // Lays `tensors` (rank 2, equal column counts, concatenated along their first dimension) out
+  // as `layout` says (see plan_layout in mobius/plugin.h). Throws mobius::Error when the host is
+  // too old to do it.
+  void plan_layout(const std::string& initializer, const std::vector<std::string>& tensors,
+                   const mobius_weight_layout& layout);
   void ignore_tensors(const std::string& glob);
   // Header-only metadata of a checkpoint tensor; nullopt when absent. Throws when the tensor
   // has more dims than the ABI's mobius_tensor_info holds (8).

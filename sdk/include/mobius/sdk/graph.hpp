@@ -154,6 +154,12 @@ class Graph {
                           const std::vector<TensorType>& output_types,
                           const std::vector<Attr>& attrs = {}, const std::string& domain = "");
 
+  // How many nodes of `op_type` this graph holds (subgraphs not included).
+  size_t op_count(const std::string& op_type) const {
+    auto it = op_counts_.find(op_type);
+    return it == op_counts_.end() ? 0 : it->second;
+  }
+
   // A new subgraph (Loop/Scan/If body) for a GRAPH attribute.
   std::shared_ptr<Graph> subgraph(const std::string& name);
 
@@ -187,6 +193,7 @@ class Graph {
   std::unordered_map<std::string, uint32_t> constants_;  // dtype+shape+bytes -> value
   std::vector<std::string> scopes_;
   std::unordered_map<std::string, int> name_counts_;
+  std::unordered_map<std::string, size_t> op_counts_;
   std::string prefix_;
 };
 

@@ -18,6 +18,7 @@
 #include "mobius/sdk/config.hpp"
 #include "mobius/sdk/module.hpp"
 #include "mobius/sdk/ops.hpp"
+#include "mobius/sdk/quant.hpp"
 
 namespace mobius::nn {
 
@@ -55,17 +56,38 @@ class SharedInputs {
   std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
   // Boolean [batch, seq]: true at real (non-padding) query positions.
   Value query_is_real();
+  // For ONNX Runtime's GroupQueryAttention: seqlens_k (int32 [batch], the last key slot,
+  // total - 1 for every row: slots, not token counts, so left and right padding both work) and
+  // total_sequence_length (int32 scalar, the attention mask's width).
+  std::pair<Value, Value> gqa_lengths();
+  // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 where
+  // a key slot is visible (causal and not padding), the dtype's lowest value elsewhere. The
+  // sliding window is the operator's own (local_window_size).
+  Value gqa_bias();
+  // Rotary caches for RotaryEmbedding / GroupQueryAttention: cos and sin [max_positions,
+  // rotary_dim / 2] in the activation dtype, attention scaling applied, as initializers computed
+  // while the weights are written (float32 angles, as transformers computes them).
+  std::pair<Value, Value> rope_caches(const RopeConfig& rope, int64_t rotary_dim);
+  // Rows of the rotary caches: the model's max_position_embeddings.
+  int64_t max_positions = 0;
   // A cache of arbitrary shared values, keyed by the caller.
   std::map<std::string, Value> memo;
 
  private:
   Graph& g_;
   std::map<std::string, Value> cache_;
+  int rope_cache_count_ = 0;
 };
 
 // Softmax scaling factor and inverse frequencies for a rope config (as transformers computes).
 std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t rotary_dim, double* attention_scaling);
 
+// True when the build may use ONNX Runtime's contrib operators (--ops ort, the default);
+// false for standard ONNX only (--ops standard).
+bool ort_ops(const BuildContext& ctx);
+
+// y = x W^T + b. The weight is stored as its operator reads it, laid out while the weights
+// stream: [in, out] for MatMul, or MatMulNBits blocks when the build quantizes (--dtype int4/int8).
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
@@ -73,6 +95,16 @@ class Linear : public Module {
   int64_t in_features, out_features;
   bool has_bias;
 };
+
+// The initializer `name` [in, out] of `dtype`: the transpose of `sources` ([out_i, in]
+// checkpoint tensors concatenated along their first dimension), made while the weights stream.
+Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,
+                    int64_t in, int64_t out, DType dtype);
+// x [.., k] times the weight made of `sources` ([n, k] checkpoint tensors, concatenated along
+// their first dimension), block-quantized as the build options say, as one MatMulNBits node;
+// its initializers are named `name`_Q4 / _scales / _zero_points.
+Value matmul_nbits(Graph& g, Value x, const std::string& name,
+                   const std::vector<std::string>& sources, int64_t k, int64_t n);
 
 class Embedding : public Module {
  public:
@@ -83,15 +115,25 @@ class Embedding : public Module {
 
 // y = w * (x * rsqrt(mean(x^2) + eps)), in float32, cast back to x's dtype before the weight
 // multiply (LlamaRMSNorm).
+// With ONNX Runtime's operators: SimplifiedLayerNormalization (float32 statistics).
 class RMSNorm : public Module {
  public:
   RMSNorm(int64_t dim, double eps);
+  virtual ~RMSNorm() = default;
   virtual Value forward(Graph& g, Value x) const;
+  // (norm(skip + x), skip + x): one SkipSimplifiedLayerNormalization with ONNX Runtime's
+  // operators, an Add and the norm otherwise.
+  std::pair<Value, Value> forward_skip(Graph& g, Value x, Value skip) const;
   int64_t dim;
   double eps;
 
  protected:
   Value normalized_f32(Graph& g, Value x) const;  // x * rsqrt(mean(x^2) + eps) in float32
+  // The multiplier applied after normalizing, as an initializer of dtype `dt`.
+  virtual Value scale(Graph& g, DType dt) const;
+  Value simplified(Graph& g, Value x) const;  // SimplifiedLayerNormalization(x, scale)
+  // Whether the norm of an input of `dt` is one fused operator with the scale in `dt`.
+  virtual bool fusable(DType dt) const { (void)dt; return true; }
 };
 
 // y = (1 + w) * normalized(x), all in float32, cast back after (Gemma's norm). The offset lives
@@ -100,6 +142,10 @@ class OffsetRMSNorm : public RMSNorm {
  public:
   using RMSNorm::RMSNorm;
   Value forward(Graph& g, Value x) const override;
+
+ protected:
+  Value scale(Graph& g, DType dt) const override;  // (1 + w), made while the weights stream
+  bool fusable(DType dt) const override { return dt == DType::Float; }
 };
 
 // The norm a family uses everywhere (layer norms, q/k norms, the final norm).
@@ -109,6 +155,11 @@ NormFactory norm_factory(NormKind kind);
 NormFactory rms_norm_factory();
 NormFactory offset_rms_norm_factory();
 
+// ONNX Runtime's RotaryEmbedding over x [batch, seq, heads * head_dim] at `position_ids`, with
+// caches from SharedInputs::rope_caches (its first rotary_dim dims of each head; adjacent pairs
+// when interleaved, else rotate_half).
+Value RotaryEmbedding(Value x, Value position_ids, Value cos, Value sin, int64_t heads,
+                      int64_t rotary_dim, bool interleaved);
 // Applies rotary embeddings to x [batch, heads, seq, head_dim] over its first cos.dim(-1) dims.
 Value apply_rope(Value x, Value cos, Value sin, bool interleaved = false);
 // Activation functions by their Hugging Face names (silu, gelu, gelu_pytorch_tanh, relu, ...).

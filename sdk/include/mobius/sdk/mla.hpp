@@ -50,6 +50,10 @@ class MultiHeadLatentAttention : public TokenMixer {
   const RMSNorm* kv_a_layernorm;
   const Linear* kv_b_proj;
   const Linear* o_proj;
+
+ private:
+  // kv_b_proj split per head into W_uk [heads, nope, r] and W_uv^T [heads, r, dv] (dtype act).
+  std::pair<Value, Value> absorbed_weights(Graph& g, DType act) const;
 };
 
 // Rotates x [..., rotary_dim] in float32 with SharedInputs::rope_tables(rope, rotary_dim, false), pairing (2i, 2i+1)

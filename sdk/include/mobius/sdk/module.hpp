@@ -37,7 +37,14 @@ class Module {
   // The graph value of a declared parameter. The first use declares the initializer, named
   // by the parameter's full path, and plans its weights from the checkpoint tensor of the
   // same name (or the tensor it was tied to).
-  Value param(Graph& g, const std::string& local) const;
+  // `as`: the dtype the initializer is stored in when the parameter was declared without one
+  // (default: the build's weight dtype), so a consumer that computes in another dtype reads it
+  // without a Cast node (the host converts while streaming).
+  Value param(Graph& g, const std::string& local, DType as = DType::Undefined) const;
+  // The declaration of a parameter (throws when there is none).
+  const ParameterSpec& parameter(const std::string& local) const;
+  // The checkpoint tensor a parameter's bytes come from: its full name, or the tensor it is tied to.
+  std::string source_tensor(const std::string& local) const;
   bool has_param(const std::string& local) const { return params_.count(local) > 0; }
 
   // Every parameter below this module: full name -> spec (sorted).

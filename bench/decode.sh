@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# decode.sh - the decode benchmark: mobius's graph against a graph shaped like ONNX Runtime GenAI's
+# model builder output (bench/builder_graph) for the same weights, f32 and int4, on ONNX Runtime's
+# CPU execution provider (onnxruntime-node, 2 intra-op threads), with the memory-bandwidth floor.
+#
+# usage: bench/decode.sh
+#   MOBIUS     the mobius CLI (default build/mobius)
+#   BENCH_BIN  folder of make_checkpoint, builder_graph and floor (default build/bench)
+#   BENCH_DIR  work folder (default build/bench-decode; needs ~3 GiB)
+#   REPS       measurements per model, alternating order, the best kept (default 2)
+#   STEPS      timed decode steps per context length, the median reported (default 16)
+#   MAX_OTHER  a measurement during which other processes took more than this share of the CPU is
+#              repeated (default 0.05; each measurement also waits for a quiet machine first)
+# The checkpoint, made once: llama, hidden 1024, intermediate 2816, 16 heads / 8 kv heads,
+# 12 layers, vocab 32000, max_position_embeddings 2048, f32, weights N(0, 0.02) (about 207 M
+# parameters). Every graph is rebuilt on each run. A mobius int4 build that fails (no int4 in the
+# CLI yet) reads n/a, with the reason under the table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mobius=${MOBIUS:-build/mobius}
+bin=${BENCH_BIN:-build/bench}
+work=${BENCH_DIR:-build/bench-decode}
+reps=${REPS:-2}
+steps=${STEPS:-16}
+max_other=${MAX_OTHER:-0.05}
+for x in "$mobius" "$bin/make_checkpoint" "$bin/builder_graph" "$bin/floor"; do
+  [ -x "$x" ] || { echo "decode.sh: $x missing: build first (meson setup build && ninja -C build)" >&2; exit 2; }
+done
+[ -d node_modules/onnxruntime-node ] || { echo "decode.sh: npm install first (onnxruntime-node)" >&2; exit 2; }
+mkdir -p "$work"
+
+ckpt=$work/ckpt-llama-207m
+if [ ! -f "$ckpt/config.json" ]; then
+  rm -rf "$ckpt"
+  "$bin/make_checkpoint" "$ckpt" 0 f32 --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 8 \
+    --layers 12 --vocab 32000 --max-pos 2048 --init normal --std 0.02 >&2
+fi
+
+rm -rf "$work/logits" "$work"/*.error "$work/results.json" "$work/floor.json"
+models=()
+for dt in f32 int4; do
+  out=$work/mobius-$dt
+  rm -rf "$out"
+  echo "building $out" >&2
+  if "$mobius" build -q --runtime onnxruntime --dtype "$dt" --model "$ckpt" "$out" 2> "$work/mobius-$dt.log"; then
+    models+=("$out")
+  else
+    # the first line of the CLI's error says why (the last is often "Run with --help ...")
+    sed -n '/./{p;q}' "$work/mobius-$dt.log" > "$work/mobius-$dt.error"
+    echo "mobius-$dt: n/a (mobius build --dtype $dt: $(cat "$work/mobius-$dt.error"))" >&2
+    rm -rf "$out"
+  fi
+  rm -f "$work/mobius-$dt.log"
+  out=$work/builder-$dt
+  rm -rf "$out"
+  echo "building $out" >&2
+  "$bin/builder_graph" "$ckpt" "$out" --precision "$([ $dt = f32 ] && echo fp32 || echo int4)" >&2
+  models+=("$out")
+done
+
+# One model at a time, each measurement a fresh process; the order alternates between repetitions.
+node bench/decode.mjs --reps "$reps" --steps "$steps" --prompt 128 --long 1024 --dump "$work/logits" \
+  --max-other "$max_other" --out "$work/results.json" "${models[@]}" >&2
+
+# The floor for each graph's per-token weight bytes (all initializers but the embedding table).
+sizes=()
+for m in "${models[@]}"; do
+  sizes+=("$(node bench/onnx_stats.mjs --per-token-bytes "$m/model.onnx")")
+done
+node bench/decode.mjs --wait-quiet --max-other "$max_other"
+"$bin/floor" "${sizes[@]}" > "$work/floor.json"
+
+node bench/decode_report.mjs "$work"
