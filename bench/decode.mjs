@@ -21,7 +21,8 @@
 // prefill_long_ms, decode_ms (at the prompt length), decode_long_ms, the fastest single steps
 // (decode_min_ms, decode_long_min_ms) and other_cpu, the share of the machine's CPU that other
 // processes used during the measurement (with --reps, the highest of the repetitions kept; every
-// other number is the best of them).
+// other number is the best of them), ort_warnings: how many warnings ONNX Runtime logged (loading
+// the graph, mostly), and the first of them.
 //
 // The graph's inputs are read from the session and fed generically: input_ids, attention_mask,
 // position_ids when present, and every past_* input from the previous run's matching present_*
@@ -262,13 +263,25 @@ function runChild(model, opts) {
   if (opts.dump) args.push('--dump', opts.dump);
   args.push(model);
   return new Promise((res, rej) => {
-    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
+    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
     p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
     p.on('close', (code) => {
-      if (code !== 0) return rej(new Error(`${model}: child exited with ${code}`));
+      // ONNX Runtime's warnings (loading the graph) are counted, not echoed; anything else is shown.
+      const lines = err.split('\n').filter((l) => l.trim());
+      const warn = lines.filter((l) => /\[W:onnxruntime/.test(l));
+      const other = lines.filter((l) => !/\[W:onnxruntime/.test(l));
+      if (code !== 0) {
+        process.stderr.write(err);
+        return rej(new Error(`${model}: child exited with ${code}`));
+      }
+      if (other.length) process.stderr.write(other.join('\n') + '\n');
       try {
-        res(JSON.parse(out.trim().split('\n').pop()));
+        const r = JSON.parse(out.trim().split('\n').pop());
+        r.ort_warnings = warn.length;
+        if (warn.length) r.ort_warning_first = warn[0].replace(/\x1b\[[0-9;]*m/g, '').replace(/^.*?\[W:onnxruntime:[^\]]*\]\s*/, '');
+        res(r);
       } catch (e) {
         rej(new Error(`${model}: no result (${e.message})`));
       }

@@ -68,6 +68,10 @@ out.push(
     `(one over MAX_OTHER, default 5%, is measured again; each number is the best of the repetitions).`,
 );
 for (const n of names) {
+  if (cols[n]?.ort_warnings)
+    out.push(`${n}: ONNX Runtime logged ${cols[n].ort_warnings} warnings per session, the first: ${cols[n].ort_warning_first}`);
+}
+for (const n of names) {
   const e = join(work, `${n}.error`);
   if (existsSync(e)) out.push(`${n}: n/a, \`mobius build\` failed: ${readFileSync(e, 'utf8').trim()}`);
 }

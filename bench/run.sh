@@ -39,8 +39,8 @@ for size in "${sizes[@]}"; do
       cp_best=$(best "$cp_best" "$(secs "$t0" "$t1")"); cps_best=$(best "$cps_best" "$(secs "$t0" "$t2")")
     done
     rm -rf "$work/cp-out"
-    for target in same f16; do
-      dt=$([ "$target" = same ] && echo "$src" || echo f16)
+    for target in same f16 int4; do
+      case $target in same) dt=$src ;; *) dt=$target ;; esac
       m_best=""; rss=0
       for _ in $(seq "$reps"); do
         rm -rf "$work/out"; sync

@@ -137,7 +137,9 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   // Initializer names are the checkpoint's tensor names.
   std::set<std::string> inits;
   for (const auto& i : m.graph().initializer()) inits.insert(i.name());
-  CHECK(inits.count("model.layers.0.self_attn.q_proj.weight"));
+  // q, k and v are one packed projection, read from the three checkpoint tensors.
+  CHECK(inits.count("model.layers.0.self_attn.qkv_packed.weight"));
+  CHECK(inits.count("model.layers.0.mlp.gate_proj.weight"));
   CHECK(inits.count("lm_head.weight"));
 }
 

@@ -214,7 +214,7 @@ TEST_CASE(
   // The gated norm computes in float32: its weight is stored so, without a Cast node.
   CHECK(dtype["model.layers.0.linear_attn.norm.weight"] == f32);
   CHECK(dtype["model.layers.0.mlp.gate_proj.weight"] == f16);
-  CHECK(dtype["model.layers.3.self_attn.q_proj.weight"] == f16);
+  CHECK(dtype["model.layers.3.self_attn.qkv_packed.weight"] == f16);
   for (const auto& v : m.graph().input()) {
     if (v.name() == "past_key_values.0.conv_state" ||
         v.name() == "past_key_values.0.recurrent_state")

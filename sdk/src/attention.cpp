@@ -86,6 +86,12 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
     q = parts[0];
     k = parts[1];
     v = parts[2];
+  } else if (fused(g.context(), shared.act)) {
+    // One projection for q, k and v, as ONNX Runtime's fused graphs have it.
+    auto parts = packed_linears(g, x, {q_proj, k_proj, v_proj}, full_name("qkv_packed"));
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
   } else {
     q = q_proj->forward(g, x);
     k = k_proj->forward(g, x);

@@ -214,6 +214,11 @@ std::string Graph::fresh_name(const std::string& hint) {
   return name;
 }
 
+namespace {
+// TensorType() in a node's output types: an optional output the node does not produce.
+bool omitted(const TensorType& t) { return t.dtype == DType::Undefined && !t.rank_known; }
+}  // namespace
+
 std::vector<Value> Graph::node(const std::string& op_type, const std::vector<Value>& inputs,
                                const std::vector<TensorType>& output_types,
                                const std::vector<Attr>& attrs, const std::string& domain) {
@@ -230,8 +235,9 @@ std::vector<Value> Graph::node(const std::string& op_type, const std::vector<Val
   ++op_counts_[op_type];
   std::vector<std::string> out_names;
   for (size_t i = 0; i < output_types.size(); ++i)
-    out_names.push_back(output_types.size() == 1 ? node_name + "/out"
-                                                 : node_name + "/out" + std::to_string(i));
+    out_names.push_back(omitted(output_types[i]) ? std::string()
+                        : output_types.size() == 1 ? node_name + "/out"
+                                                   : node_name + "/out" + std::to_string(i));
 
   // Attributes in ABI form. Storage for pointers lives in these vectors until add_node returns.
   std::vector<mobius_attribute> abi_attrs(attrs.size());
@@ -302,6 +308,10 @@ std::vector<Value> Graph::node(const std::string& op_type, const std::vector<Val
 
   std::vector<Value> outs;
   for (size_t i = 0; i < output_types.size(); ++i) {
+    if (out_names[i].empty()) {
+      outs.emplace_back();  // an omitted optional output
+      continue;
+    }
     outs.push_back(make_value(out_names[i], output_types[i]));
     if (output_types[i].rank_known && output_types[i].dtype != DType::Undefined) {
       AbiTensorType t(output_types[i]);

@@ -329,6 +329,40 @@ Value Linear::forward(Graph& g, Value x) const {
   return y;
 }
 
+std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                                  const std::string& name) {
+  BuildContext& ctx = g.context();
+  std::vector<std::string> sources, bias_sources;
+  std::vector<int64_t> sizes;
+  int64_t n = 0;
+  for (const Linear* p : parts) {
+    if (p->in_features != parts[0]->in_features || p->has_bias != parts[0]->has_bias ||
+        p->parameter("weight").dtype != DType::Undefined)
+      throw Error("[linear] '" + name + "' packs linears of one input size, bias and dtype only");
+    sources.push_back(p->source_tensor("weight"));
+    if (p->has_bias) bias_sources.push_back(p->source_tensor("bias"));
+    sizes.push_back(p->out_features);
+    n += p->out_features;
+  }
+  const int64_t k = parts[0]->in_features;
+  Value y = ctx.weight_bits() > 0
+                ? matmul_nbits(g, x, name + ".weight", sources, k, n)
+                : MatMul(x, Cast(weight_in_out(g, name + ".weight", sources, k, n, ctx.weight_dtype()),
+                                 x.dtype()));
+  if (!bias_sources.empty()) {
+    Value b = ctx.graph().find_initializer(name + ".bias").value_or(Value());
+    if (!b.valid()) {
+      b = ctx.graph().initializer(name + ".bias", TensorType(x.dtype(), {Dim(n)}));
+      ctx.plan_transformed(name + ".bias", bias_sources,
+                           [](const std::vector<HostTensor>& in, float* out, size_t) {
+                             for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
+                           });
+    }
+    y = Add(y, b);
+  }
+  return Split(y, sizes, -1);
+}
+
 Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,
                     int64_t in, int64_t out, DType dtype) {
   BuildContext& ctx = g.context();
@@ -414,7 +448,7 @@ std::pair<Value, Value> RMSNorm::forward_skip(Graph& g, Value x, Value skip) con
   }
   ScopeGuard s(g, path());
   auto out = g.node("SkipSimplifiedLayerNormalization", {x, skip, scale(g, x.dtype())},
-                    {x.type(), TensorType(DType::Float, {}), TensorType(DType::Float, {}), x.type()},
+                    {x.type(), TensorType(), TensorType(), x.type()},
                     {Attr("epsilon", eps)}, "com.microsoft");
   return {out[0], out[3]};
 }

@@ -149,7 +149,8 @@ class Graph {
   // A value of an enclosing graph, usable inside this subgraph (ONNX outer-scope reference).
   Value outer(Value v);
 
-  // Adds a node whose outputs have the given types; returns the output values.
+  // Adds a node whose outputs have the given types; returns the output values. A default
+  // TensorType() leaves that (optional) output out: its name is "" and its Value invalid.
   std::vector<Value> node(const std::string& op_type, const std::vector<Value>& inputs,
                           const std::vector<TensorType>& output_types,
                           const std::vector<Attr>& attrs = {}, const std::string& domain = "");

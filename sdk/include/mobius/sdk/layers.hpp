@@ -96,6 +96,11 @@ class Linear : public Module {
   bool has_bias;
 };
 
+// One MatMul (or MatMulNBits) for linears that read the same input, such as q, k and v: their
+// weights (and biases) concatenated along the output dimension while the weights stream, into
+// initializers `name`.weight / `name`.bias; returns each linear's output, split from the product.
+std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                                  const std::string& name);
 // The initializer `name` [in, out] of `dtype`: the transpose of `sources` ([out_i, in]
 // checkpoint tensors concatenated along their first dimension), made while the weights stream.
 Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,
