@@ -136,7 +136,11 @@ async function child(opts) {
       if (i === 1) return kvHeads;
       return headDim;
     });
-    return new ort.Tensor('float32', new Float32Array(dims.reduce((a, b) => a * b, 1)), dims);
+    const n = dims.reduce((a, b) => a * b, 1);
+    // float16 caches (an f16 build) are fed as their raw 16-bit words.
+    return meta.get(name)?.type === 'float16'
+      ? new ort.Tensor('float16', new Uint16Array(n), dims)
+      : new ort.Tensor('float32', new Float32Array(n), dims);
   }
 
   function feeds(ids, past, pastLen) {
@@ -194,6 +198,7 @@ async function child(opts) {
     for (let s = 1; s < stepIds.length; s++) {
       let fetches;
       if (growing) {
+        // The logits' own dtype (float32 in every graph here); only the caches may be float16.
         fetches = { logits: new ort.Tensor('float32', logitsBuf, [1, 1, vocab]) };
         for (const p of pastNames) {
           const dims = past[p].dims.map((d, i) => (i === axis[p] ? d + 1 : d));

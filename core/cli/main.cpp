@@ -304,8 +304,9 @@ int main(int argc, char** argv) {
       ->type_name("OUT");
   build->add_option("--dtype", opts.dtype,
                     "Weight dtype of the model:\n"
-                    "  f32, f16, bf16  every weight in that dtype (on the CPU, f16 and bf16 run\n"
-                    "                  slower than f32: they only save disk and memory)\n"
+                    "  f32, f16, bf16  every weight in that dtype (on the CPU, f16 halves the\n"
+                    "                  files but ONNX Runtime holds more memory than for f32;\n"
+                    "                  bf16 is cast to float32 where it is used)\n"
                     "  int4, int8      MatMul weights block-quantized (RTN, MatMulNBits; needs\n"
                     "                  --ops ort); embeddings and norms stay float. int4 is the\n"
                     "                  fastest and smallest choice on the CPU")
