@@ -59,7 +59,7 @@ struct mobius_build_budget {
 
 struct mobius_context {
   mobius_build_options options{};
-  std::string execution_provider = "cpu";  // the ABI field's value; nothing else is offered
+  std::string execution_provider = "cpu";  // backing storage of options.execution_provider: cpu | cuda
   std::string last_error;
   std::string plugin_error;  // what the plugin reported with set_error / set_error_kind
   mobius_error_kind plugin_error_kind = 0;

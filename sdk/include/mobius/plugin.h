@@ -201,7 +201,7 @@ typedef struct mobius_weight_layout {
 typedef struct mobius_build_options {
   uint32_t struct_size;
   mobius_dtype dtype;                /* FLOAT, FLOAT16 or BFLOAT16: the model's weight dtype */
-  const char* execution_provider;    /* always "cpu" (standard ONNX ops); kept for compatibility */
+  const char* execution_provider;    /* "cpu" or "cuda": the provider the graph is tuned for */
   int32_t no_weights;                /* 1: graph only; no checkpoint is opened */
   /* --- appended after version 1: check MOBIUS_HAS_FIELD(opts, mobius_build_options, field) --- */
   /* The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI; the

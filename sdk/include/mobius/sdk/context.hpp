@@ -33,6 +33,7 @@ class BuildContext {
 
   // The model's weight dtype chosen by the user (Float, Float16 or BFloat16).
   DType weight_dtype() const;
+  // The execution provider the graph is tuned for: "cpu" (the default) or "cuda".
   std::string execution_provider() const;
   bool no_weights() const;
   // The runtime the output folder is laid out for ("ort-genai", "onnxruntime",
