@@ -533,6 +533,18 @@ void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDiges
                       {"runtime", pkg.layout.runtime},
                       {"graphs", graphs},
                       {"checkpoint", pkg.checkpoint ? pkg.checkpoint->describe() : "none"}};
+  // The graph's target, and how the weights were quantized: what --ep, --ops, --block-size,
+  // --symmetric and --accuracy-level chose.
+  const mobius_build_options& o = pkg.ctx->options;
+  p["execution_provider"] = pkg.ctx->execution_provider;
+  p["ops"] = pkg.ctx->ops;
+  if (o.weight_bits > 0)
+    p["quantization"] = {{"operator", "MatMulNBits"},
+                         {"bits", o.weight_bits},
+                         {"block_size", o.block_size},
+                         {"symmetric", o.symmetric != 0},
+                         {"accuracy_level", o.accuracy_level},
+                         {"method", "round to nearest (MLAS BlockwiseQuantizer rules)"}};
   if (!pkg.source_repo.empty()) {
     p["source"] = {{"repo", pkg.source_repo}, {"revision", pkg.source_revision},
                    {"commit", pkg.source_commit}};
