@@ -143,6 +143,15 @@ TEST_CASE("quant: int8 and int4 weights are smaller and refused where they canno
         if (a.name() == "block_size") CHECK(a.i() == 16);
         if (a.name() == "accuracy_level") CHECK(a.i() == 4);
       }
+  // The provenance says how the weights were quantized, and `mobius info` shows it.
+  auto prov = nlohmann::json::parse(read_text(t / "int8" / "mobius_provenance.json"));
+  CHECK(prov["quantization"]["bits"] == 8);
+  CHECK(prov["quantization"]["block_size"] == 16);
+  CHECK(prov["quantization"]["symmetric"] == false);
+  CHECK(prov["ops"] == "ort");
+  RunResult info = run(quote(env_or_empty("MOBIUS_CLI")) + " info " + quote((t / "int8").string()));
+  CHECK(info.output.find("MatMulNBits 8-bit, block 16, asymmetric, accuracy_level 4") !=
+        std::string::npos);
   RunResult s = build_cli(golden("llama-tiny"), t / "std", "--dtype int4 --ops standard");
   CHECK(s.status != 0);
   CHECK(s.output.find("MatMulNBits") != std::string::npos);

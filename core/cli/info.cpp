@@ -512,12 +512,27 @@ Provenance read_provenance(int dirfd, Problems& problems) {
     problems.add(std::string(kProvenance) + ": " + quote_name(key) + " is not " + want + " (ignored)");
   };
   for (const char* key : {"producer", "producer_version", "model_type", "plugin", "plugin_version",
-                          "weight_dtype", "runtime", "checkpoint"}) {
+                          "weight_dtype", "runtime", "checkpoint", "execution_provider", "ops"}) {
     if (!j.contains(key)) continue;
     if (j[key].is_string())
       p.fields[key] = j[key];
     else
       wrong(key, "a string");
+  }
+  if (j.contains("quantization")) {
+    const json& q = j["quantization"];
+    const bool ok = q.is_object() && q.value("operator", json()).is_string() &&
+                    q.value("bits", json()).is_number_integer() &&
+                    q.value("block_size", json()).is_number_integer() &&
+                    q.value("accuracy_level", json()).is_number_integer() &&
+                    q.value("symmetric", json()).is_boolean();
+    if (ok)
+      p.fields["quantization"] = {{"operator", q["operator"]}, {"bits", q["bits"]},
+                                  {"block_size", q["block_size"]},
+                                  {"accuracy_level", q["accuracy_level"]},
+                                  {"symmetric", q["symmetric"]}};
+    else
+      wrong("quantization", "an object of operator, bits, block_size, accuracy_level, symmetric");
   }
   for (const char* key : {"onnx_ir_version", "onnx_opset"}) {
     if (!j.contains(key)) continue;
@@ -844,6 +859,15 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l, co
     if (auto t = str(f, "model_type"); !t.empty()) os << "  model type     " << t << "\n";
     if (auto p = str(f, "plugin"); !p.empty()) os << "  plugin         " << p << " " << str(f, "plugin_version") << "\n";
     if (auto d = str(f, "weight_dtype"); !d.empty()) os << "  weight dtype   " << d << "\n";
+    if (auto e = str(f, "execution_provider"); !e.empty())
+      os << "  target         " << e << ", " << str(f, "ops") << " operators\n";
+    if (f.contains("quantization") && f["quantization"].is_object()) {
+      const json& q = f["quantization"];
+      auto num = [&](const char* k) { return q.value(k, json("?")).dump(); };
+      os << "  quantization   " << str(q, "operator") << " " << num("bits") << "-bit, block "
+         << num("block_size") << ", " << (q.value("symmetric", false) ? "symmetric" : "asymmetric")
+         << ", accuracy_level " << num("accuracy_level") << "\n";
+    }
     if (auto c = str(f, "checkpoint"); !c.empty()) os << "  checkpoint     " << c << "\n";
     if (f.contains("source")) {
       const json& s = f["source"];
