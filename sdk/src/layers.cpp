@@ -302,6 +302,19 @@ Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_featur
   if (bias) declare("bias", {out});
 }
 
+namespace {
+
+// x times the weight `name` made of `sources` ([n, k] each): MatMulNBits when the build
+// quantizes and `quantizable`, else MatMul on the [k, n] transpose in `dtype`.
+Value project(Graph& g, Value x, const std::string& name, const std::vector<std::string>& sources,
+              int64_t k, int64_t n, DType dtype, bool quantizable) {
+  if (g.context().weight_bits() > 0 && quantizable) return matmul_nbits(g, x, name, sources, k, n);
+  // A Cast only for bfloat16 weights (computed in float32).
+  return MatMul(x, Cast(weight_in_out(g, name, sources, k, n, dtype), x.dtype()));
+}
+
+}  // namespace
+
 Value Linear::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
   BuildContext& ctx = g.context();
@@ -312,19 +325,10 @@ Value Linear::forward(Graph& g, Value x) const {
   const std::string name = full_name("weight");
   const std::vector<std::string> sources{source_tensor("weight")};
   // A weight declared with its own dtype (kept precise on purpose) is never quantized.
-  const DType declared = parameter("weight").dtype != DType::Undefined ? parameter("weight").dtype
-                                                                       : ctx.weight_dtype();
-  Value y;
-  if (ctx.weight_bits() > 0 && parameter("weight").dtype == DType::Undefined) {
-    if (!ort_ops(ctx))
-      throw Error("[config] --dtype int" + std::to_string(ctx.weight_bits()) +
-                  " needs ONNX Runtime's MatMulNBits; it has no standard-ONNX form at opset 17 "
-                  "(use --ops ort)");
-    y = matmul_nbits(g, x, name, sources, in_features, out_features);
-  } else {
-    Value w = weight_in_out(g, name, sources, in_features, out_features, declared);
-    y = MatMul(x, Cast(w, x.dtype()));  // a Cast only for bfloat16 weights (computed in float32)
-  }
+  const DType declared = parameter("weight").dtype;
+  Value y = project(g, x, name, sources, in_features, out_features,
+                    declared == DType::Undefined ? ctx.weight_dtype() : declared,
+                    declared == DType::Undefined);
   if (has_bias) y = Add(y, param(g, "bias", x.dtype()));
   return y;
 }
@@ -344,11 +348,7 @@ std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Lin
     sizes.push_back(p->out_features);
     n += p->out_features;
   }
-  const int64_t k = parts[0]->in_features;
-  Value y = ctx.weight_bits() > 0
-                ? matmul_nbits(g, x, name + ".weight", sources, k, n)
-                : MatMul(x, Cast(weight_in_out(g, name + ".weight", sources, k, n, ctx.weight_dtype()),
-                                 x.dtype()));
+  Value y = project(g, x, name + ".weight", sources, parts[0]->in_features, n, ctx.weight_dtype(), true);
   if (!bias_sources.empty()) {
     Value b = ctx.graph().find_initializer(name + ".bias").value_or(Value());
     if (!b.valid()) {
@@ -378,6 +378,10 @@ Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::st
 Value matmul_nbits(Graph& g, Value x, const std::string& name,
                    const std::vector<std::string>& sources, int64_t k, int64_t n) {
   BuildContext& ctx = g.context();
+  if (!ort_ops(ctx))
+    throw Error("[config] --dtype int" + std::to_string(ctx.weight_bits()) +
+                " needs ONNX Runtime's MatMulNBits; it has no standard-ONNX form at opset 17 "
+                "(use --ops ort)");
   BlockQuant q{ctx.weight_bits(), ctx.block_size(), ctx.symmetric()};
   const std::vector<std::string> parts{name + "_Q" + std::to_string(q.bits), name + "_scales",
                                        name + "_zero_points"};
