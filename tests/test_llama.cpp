@@ -94,8 +94,11 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   for (const auto& n : m.graph().node()) ops[n.op_type()]++;
   CHECK(ops["GroupQueryAttention"] == 2);
   CHECK(ops["RotaryEmbedding"] == 4);
-  CHECK(ops["SkipSimplifiedLayerNormalization"] == 2);  // residual add + pre-MLP norm per layer
-  CHECK(ops["SimplifiedLayerNormalization"] == 3);      // the input norms and the final norm
+  // Every residual add is one with the norm after it: the pre-MLP norm of each layer, the input
+  // norm of layer 1 and the final norm; only layer 0's input norm has no add before it.
+  CHECK(ops["SkipSimplifiedLayerNormalization"] == 4);
+  CHECK(ops["SimplifiedLayerNormalization"] == 1);
+  CHECK(ops["Add"] == 0);
   CHECK(ops["Softmax"] == 0);
   CHECK(ops["Transpose"] == 0);
   CHECK(ops["Concat"] == 0);  // the operator appends to the cache (in place when GenAI shares it)

@@ -116,7 +116,7 @@ TEST_CASE("quant: int4 on weights that lie on the grid computes what float32 com
     // accuracy_level 0: the kernel dequantizes and multiplies in float32, so exact weights give
     // float32's result up to summation order.
     RunResult q = build_cli(t / "ckpt", t / "int4", std::string("--runtime onnxruntime --dtype int4 --accuracy-level 0") +
-                                                        (symmetric ? " --symmetric" : ""));
+                                                        (symmetric ? "" : " --asymmetric"));
     INFO(q.output);
     REQUIRE(q.status == 0);
     onnx::ModelProto m = load_model(t / "int4" / "model.onnx");
@@ -132,7 +132,8 @@ TEST_CASE("quant: int4 on weights that lie on the grid computes what float32 com
 
 TEST_CASE("quant: int8 and int4 weights are smaller and refused where they cannot run") {
   TempDir t;
-  RunResult q = build_cli(golden("llama-tiny"), t / "int8", "--runtime onnxruntime --dtype int8 --block-size 16");
+  RunResult q = build_cli(golden("llama-tiny"), t / "int8",
+                          "--runtime onnxruntime --dtype int8 --block-size 16 --asymmetric");
   INFO(q.output);
   REQUIRE(q.status == 0);
   onnx::ModelProto m = load_model(t / "int8" / "model.onnx");

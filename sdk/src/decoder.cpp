@@ -79,19 +79,39 @@ std::vector<CacheEntry> DecoderLayer::cache_entries(DType act) const {
   return mixer->cache_entries(act);
 }
 
+Value Residual::sum() const { return branch ? Add(h, branch) : h; }
+
+Residual DecoderLayerBase::forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
+                                            const CacheMap& past, CacheMap& present) const {
+  return {forward(g, r.sum(), shared, past, present), Value()};
+}
+
 Value DecoderLayer::forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
                             CacheMap& present) const {
+  return forward_residual(g, {h, Value()}, shared, past, present).sum();
+}
+
+Residual DecoderLayer::forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
+                                        const CacheMap& past, CacheMap& present) const {
   ScopeGuard s(g, path());
   auto scaled = [&](Value v) {
     return residual_multiplier == 1.0 ? v : Mul(v, ScalarLike(v, residual_multiplier));
   };
   auto maybe = [&](const RMSNorm* n, Value v) { return n ? n->forward(g, v) : v; };
   const bool pre = placement == NormPlacement::Pre;
-  Value a = mixer->forward(g, maybe(input_layernorm, h), shared, past, present);
-  // The residual add and the norm before the feed-forward are one step (one
-  // SkipSimplifiedLayerNormalization with ONNX Runtime's operators). Pre: that norm is
+  // Each residual add and the norm after it are one step (one SkipSimplifiedLayerNormalization
+  // with ONNX Runtime's operators): the previous layer's pending branch with the input norm,
+  // the mixer's branch with the norm before the feed-forward. Pre: that norm is
   // post_attention_layernorm (transformers' name); Sandwich: pre_feedforward_layernorm; Post:
   // none.
+  Value h, x;
+  if (input_layernorm && r.branch) {
+    std::tie(x, h) = input_layernorm->forward_skip(g, r.branch, r.h);
+  } else {
+    h = r.sum();
+    x = maybe(input_layernorm, h);
+  }
+  Value a = mixer->forward(g, x, shared, past, present);
   const RMSNorm* ff_norm = pre ? post_attention_layernorm : pre_feedforward_layernorm;
   Value branch = scaled(pre ? a : post_attention_layernorm->forward(g, a));
   Value ff_in;
@@ -102,7 +122,7 @@ Value DecoderLayer::forward(Graph& g, Value h, SharedInputs& shared, const Cache
     ff_in = h;
   }
   Value m = feed_forward->forward(g, ff_in);
-  return Add(h, scaled(maybe(post_feedforward_layernorm, m)));
+  return {h, scaled(maybe(post_feedforward_layernorm, m))};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,10 +229,12 @@ Value TextModel::forward(Graph& g, SharedInputs& shared,
                          const std::vector<std::map<std::string, Value>>& past,
                          std::vector<std::map<std::string, Value>>& present) const {
   check_checkpoint(g.context());
-  Value h = embed(g, shared);
+  Residual r{embed(g, shared), Value()};
   present.resize(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) h = layers[i]->forward(g, h, shared, past.at(i), present[i]);
-  return norm->forward(g, h);
+  for (size_t i = 0; i < layers.size(); ++i)
+    r = layers[i]->forward_residual(g, r, shared, past.at(i), present[i]);
+  if (r.branch) return norm->forward_skip(g, r.branch, r.h).first;
+  return norm->forward(g, r.h);
 }
 
 CausalLMModel::CausalLMModel(const ArchitectureConfig& c, const DecoderSpec& s)

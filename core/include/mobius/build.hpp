@@ -21,7 +21,7 @@ struct BuildOptions {
   std::string ep = "cpu";   // execution provider the graph is tuned for: cpu | cuda
   std::string ops = "ort";  // operator set: ort (ONNX Runtime contrib operators) | standard
   int block_size = 32;      // int4/int8: quantization block along the input dimension
-  bool symmetric = false;   // int4/int8: symmetric RTN (no zero points) instead of asymmetric
+  bool symmetric = true;    // int4/int8: symmetric RTN (no zero points); false: asymmetric
   int accuracy_level = -1;  // int4/int8: MatMulNBits accuracy_level; -1: 4 on cpu, 0 on cuda
   bool no_weights = false;    // build the graph only (no checkpoint needed)
   bool quiet = false;

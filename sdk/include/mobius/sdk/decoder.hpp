@@ -77,12 +77,25 @@ MixerFactory attention_mixer(bool output_gate = false);
 MixerFactory mixer_by_layer_type(std::map<std::string, MixerFactory> by_type);
 FeedForwardFactory gated_mlp();
 
+// The residual stream between layers: `h`, plus the last sub-block's output `branch` when it
+// has not been added yet. The next layer's input norm (or the final norm) adds it as part of the
+// norm: one SkipSimplifiedLayerNormalization with ONNX Runtime's operators, instead of an Add and
+// a norm. sum() is the stream with the branch added.
+struct Residual {
+  Value h, branch;
+  Value sum() const;
+};
+
 // A decoder layer as the causal-LM model drives it.
 class DecoderLayerBase : public Module {
  public:
   virtual Value forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
                         CacheMap& present) const = 0;
   virtual std::vector<CacheEntry> cache_entries(DType act) const = 0;
+  // The layer on the residual stream; may leave its last branch pending (Residual). The
+  // default adds a pending branch and returns forward()'s result with nothing pending.
+  virtual Residual forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
+                                    const CacheMap& past, CacheMap& present) const;
 };
 
 // The layer every spec builds: norms per spec.placement around spec.mixer and
@@ -92,6 +105,10 @@ class DecoderLayer : public DecoderLayerBase {
   DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec);
   Value forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
                 CacheMap& present) const override;
+  // Adds a pending branch inside the input norm (Pre, Sandwich), and leaves the feed-forward's
+  // branch pending for the next norm.
+  Residual forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
+                            const CacheMap& past, CacheMap& present) const override;
   std::vector<CacheEntry> cache_entries(DType act) const override;
 
   NormPlacement placement;
