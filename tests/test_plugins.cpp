@@ -11,6 +11,7 @@
 
 #include "mobius/error.hpp"
 #include "mobius/plugins.hpp"
+#include "golden_util.hpp"
 #include "test_util.hpp"
 
 using namespace mobius;
@@ -714,5 +715,113 @@ TEST_CASE("plugins: libraries are loaded from the file that was checked") {
     b.load(only(conflict_dir()), rb);
     CHECK(rb.get("toy").plugin == "clash");
     CHECK(rb.contains("clash_only"));
+  }
+}
+
+TEST_CASE("plugins: a manifest-only pack registers an existing architecture under another name") {
+  TempDir t;
+  ::setenv("MOBIUS_PLUGIN_CACHE", (t / "scan.json").c_str(), 1);
+  fs::create_directories(t / "pack");
+  write_text(t / "pack" / "plugin.yaml",
+             "name: my-pack\nversion: 1.2.0\nvendor: example\n"
+             "description: llama under another name\naliases: {my_new_arch: llama}\n");
+  const std::string pack = " --plugin-path " + quote((t / "pack").string());
+
+  // `list` says where the alias comes from and what builds it; `plugins` shows the pack.
+  RunResult l = run(cli() + " list" + pack);
+  INFO(l.output);
+  REQUIRE(l.status == 0);
+  const size_t at = l.output.find("my_new_arch");
+  REQUIRE(at != std::string::npos);
+  const std::string line = l.output.substr(at, l.output.find('\n', at) - at);
+  CHECK(line.find("my-pack 1.2.0 (example)") != std::string::npos);
+  CHECK(line.find("alias of llama, built by plugin llama") != std::string::npos);
+  CHECK(line.find((t / "pack" / "plugin.yaml").string()) != std::string::npos);
+  RunResult p = cli_plugins(t / "pack");
+  INFO(p.output);
+  CHECK(p.output.find("my-pack 1.2.0 (example, manifest only)") != std::string::npos);
+  CHECK(p.output.find("alias my_new_arch -> llama") != std::string::npos);
+  RunResult j = run(cli() + " list --json" + pack, false);
+  auto arr = nlohmann::json::parse(j.output);
+  bool found = false;
+  for (const auto& e : arr)
+    if (e["model_type"] == "my_new_arch") {
+      found = true;
+      CHECK(e["alias_of"] == "llama");
+      CHECK(e["builder_plugin"] == "llama");
+      CHECK(e["plugin"] == "my-pack");
+    }
+  CHECK(found);
+
+  // End to end: a checkpoint whose config says my_new_arch builds through the llama builder
+  // (the build loads only the plugins its model type needs: the llama plugin is loaded because
+  // the alias names it) and matches transformers' logits for the same weights.
+  copy_case("llama-tiny", t / "ckpt", [](nlohmann::json& c) { c["model_type"] = "my_new_arch"; });
+  RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime" + pack);
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  RunResult q = parity(t / "out", "llama-tiny");
+  INFO(q.output);
+  CHECK(q.status == 0);
+  // Without the pack the type is unknown.
+  RunResult u = build_cli(t / "ckpt", t / "out2", "--runtime onnxruntime");
+  CHECK(u.status != 0);
+  CHECK(u.output.find("unknown model type 'my_new_arch'") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "out2"));
+
+  // An alias of a type nobody registers, and aliases that only name each other, are plugin
+  // errors: reported by `plugins`, and a build of that type fails cleanly.
+  fs::create_directories(t / "orphan");
+  write_text(t / "orphan" / "plugin.yaml",
+             "name: orphan-pack\nversion: 1.0.0\naliases: {orphan_arch: no_such_type}\n");
+  RunResult o = cli_plugins(t / "orphan");
+  INFO(o.output);
+  CHECK(o.output.find("alias 'orphan_arch' names model type 'no_such_type', which no loaded "
+                      "plugin registers") != std::string::npos);
+  copy_case("llama-tiny", t / "ckpt2", [](nlohmann::json& c) { c["model_type"] = "orphan_arch"; });
+  RunResult ob = build_cli(t / "ckpt2", t / "out3",
+                           "--runtime onnxruntime --plugin-path " + quote((t / "orphan").string()));
+  INFO(ob.output);
+  CHECK(ob.status == 1);
+  CHECK(ob.output.find("no_such_type") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "out3"));
+  fs::create_directories(t / "cycle");
+  write_text(t / "cycle" / "plugin.yaml", "name: cycle-pack\nversion: 1.0.0\naliases: {a_arch: b_arch, b_arch: a_arch}\n");
+  RunResult c = cli_plugins(t / "cycle");
+  INFO(c.output);
+  CHECK(c.output.find("an alias that does not resolve") != std::string::npos);
+  // An alias of an alias resolves.
+  fs::create_directories(t / "chain");
+  write_text(t / "chain" / "plugin.yaml", "name: chain-pack\nversion: 1.0.0\naliases: {second_arch: my_new_arch}\n");
+  RunResult ch = run(cli() + " list" + pack + " --plugin-path " + quote((t / "chain").string()));
+  INFO(ch.output);
+  CHECK(ch.output.find("alias of my_new_arch, built by plugin llama") != std::string::npos);
+}
+
+TEST_CASE("plugins: the aliases of a manifest are checked") {
+  TempDir t;
+  struct Case {
+    const char* manifest;
+    const char* reason;
+  } cases[] = {
+      {"name: p\nversion: 1\n", "'library' is missing (only a pack that declares 'aliases' has no library)"},
+      {"name: p\nversion: 1\naliases: [llama]\n", "'aliases' must be a non-empty mapping"},
+      {"name: p\nversion: 1\naliases: {}\n", "'aliases' must be a non-empty mapping"},
+      {"name: p\nversion: 1\naliases: {x: x}\n", "alias 'x' names itself"},
+      {"name: p\nversion: 1\naliases: {x: [llama]}\n", "the value of alias 'x' is not a string"},
+      {"name: p\nversion: 1\naliases: {x: llama}\nmodel_types: [y]\n",
+       "'model_types' lists [y], but a pack without a library registers only its aliases [x]"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.manifest);
+    fs::remove_all(t / "m");
+    fs::create_directories(t / "m");
+    write_text(t / "m" / "plugin.yaml", c.manifest);
+    PluginHost host;
+    ModelRegistry reg;
+    auto recs = host.load(only(t / "m"), reg);
+    REQUIRE(recs.size() == 1);
+    CHECK_FALSE(recs[0].loaded);
+    CHECK(recs[0].error.find(c.reason) != std::string::npos);
   }
 }

@@ -115,6 +115,7 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
                      {"manifest", r.manifest.string()},
                      {"origin", r.origin},
                      {"model_types", r.model_types},
+                     {"aliases", r.aliases},
                      {"status", status},
                      {"error", r.error}});
     }
@@ -132,6 +133,12 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
     if (r.deferred) {
       std::cout << "manifest " << label << " " << r.version << " " << r.library.string() << " ["
                 << r.origin << "] (not loaded: not needed)\n";
+    } else if (r.loaded && r.library.empty()) {
+      std::cout << "loaded  " << label << " " << r.version << " ("
+                << (r.vendor.empty() ? "unknown vendor" : r.vendor) << ", manifest only) "
+                << r.manifest.string() << " [" << r.origin << "]\n";
+      for (const auto& [from, to] : r.aliases)
+        std::cout << "        alias " << from << " -> " << to << "\n";
     } else if (r.loaded) {
       std::cout << "loaded  " << label << " " << r.version << " ("
                 << (r.vendor.empty() ? "unknown vendor" : r.vendor) << ", ABI " << r.abi_version
@@ -171,6 +178,8 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
                      {"version", r.version},
                      {"vendor", r.vendor},
                      {"library", r.plugin_path},
+                     {"alias_of", r.alias_of},
+                     {"builder_plugin", r.alias_of.empty() ? r.plugin : r.target_plugin},
                      {"shadows", shadowed}});
     }
     std::cout << out.dump(2) << "\n";
@@ -186,6 +195,10 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
     const auto& r = reg.get(t);
     std::cout << t << std::string(w + 2 - t.size(), ' ') << r.task << "  " << r.plugin << " "
               << r.version << (r.vendor.empty() ? "" : " (" + r.vendor + ")");
+    // Where an alias comes from: the manifest that declared it, and what builds it.
+    if (!r.alias_of.empty())
+      std::cout << "  [alias of " << r.alias_of << ", built by plugin " << r.target_plugin
+                << "; declared in " << r.plugin_path << "]";
     for (const auto& s : reg.shadowed())
       if (s.model_type == t) std::cout << "  [overrides " << s.plugin << " " << s.plugin_path << "]";
     std::cout << "\n";
@@ -234,6 +247,17 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
     } catch (const mobius::Error& e) {
       std::string m = e.what();
       if (m.rfind("[registry] unknown model type", 0) != 0) throw;
+      // A plugin that declares the type but did not load: its reason is the answer.
+      for (const auto& r : l->records)
+        if (!r.loaded && !r.deferred && !r.error.empty() &&
+            std::any_of(types.begin(), types.end(), [&](const std::string& t) {
+              return std::find(r.model_types.begin(), r.model_types.end(), t) != r.model_types.end();
+            }))
+          throw mobius::Error(
+              "[plugin] " + (r.name.empty() ? std::string("a plugin") : "plugin '" + r.name + "'") +
+              " (" + (r.library.empty() ? r.manifest : r.library).string() +
+              ") declares this model type but did not load: " +
+              (r.error.rfind("[plugin] ", 0) == 0 ? r.error.substr(9) : r.error));
       m += "; plugin folders searched:";
       for (const auto& d : mobius::plugin_search_path(paths)) m += " " + d.path.string();
       throw mobius::Error(m + " (see `mobius plugins`)");

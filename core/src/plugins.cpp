@@ -327,7 +327,8 @@ std::string join_shown(const std::vector<std::string>& v) {
   return s;
 }
 
-// Reads and checks the manifest `name` in `folder` into `rec`; returns its library's file name.
+// Reads and checks the manifest `name` in `folder` into `rec`; returns its library's file name,
+// or "" for a manifest-only pack (no library: `aliases` only).
 // Throws mobius::Error with the reason; `rec` is filled only when the manifest is valid.
 std::string read_manifest(const Folder& folder, const std::string& name, PluginRecord& rec) {
   const CheckedFile file = open_checked(folder, name, "manifest");
@@ -386,29 +387,72 @@ std::string read_manifest(const Folder& folder, const std::string& name, PluginR
   std::string version = text_of("version", true);
   std::string vendor = text_of("vendor", false);
   std::string description = text_of("description", false, kMaxDescription);
-  const std::string abi = text_of("abi_version", true);
-  if (abi.size() > 7 || abi.find_first_not_of("0123456789") != std::string::npos)
-    fail("'abi_version' is not a number: " + quote_text(abi));
-  const uint32_t abi_version = static_cast<uint32_t>(std::stoul(abi));
-  const YAML::Node lib_node = y["library"];
-  if (!lib_node) fail("'library' is missing");
-  const std::string lib = string_at(lib_node, "'library'", NAME_MAX);
-  if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos)
-    fail("'library' must be a file name beside the manifest, got " + quote_text(lib));
-  const YAML::Node types = y["model_types"];
-  if (!types || !types.IsSequence() || types.size() == 0)
-    fail("'model_types' must be a non-empty list");
-  if (types.size() > kMaxModelTypes)
-    fail("'model_types' lists more than " + std::to_string(kMaxModelTypes) + " entries (" +
-         std::to_string(types.size()) + ")");
-  std::vector<std::string> model_types;
-  std::set<std::string> unique;
-  for (const auto& t : types) {
-    std::string s = string_at(t, "an entry of 'model_types'", kMaxManifestString);
-    if (s.empty()) fail("'model_types' holds an empty entry");
-    if (!unique.insert(s).second) fail("'model_types' lists " + quote_text(s) + " twice");
-    model_types.push_back(std::move(s));
+  // aliases: {new_type: existing_type, ...}: model types built by another registration.
+  std::map<std::string, std::string> aliases;
+  if (const YAML::Node a = y["aliases"]) {
+    if (!a.IsMap() || a.size() == 0)
+      fail("'aliases' must be a non-empty mapping of model type to model type "
+           "(e.g. {my_new_arch: llama})");
+    if (a.size() > kMaxModelTypes)
+      fail("'aliases' has more than " + std::to_string(kMaxModelTypes) + " entries (" +
+           std::to_string(a.size()) + ")");
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      std::string from = string_at(it->first, "a key of 'aliases'", kMaxManifestString);
+      std::string to = string_at(it->second, "the value of alias " + quote_text(from), kMaxManifestString);
+      if (from.empty() || to.empty()) fail("'aliases' holds an empty model type");
+      if (from == to) fail("alias " + quote_text(from) + " names itself");
+      if (!aliases.emplace(std::move(from), std::move(to)).second)
+        fail("'aliases' lists " + quote_text(it->first.Scalar()) + " twice");
+    }
   }
+  const YAML::Node lib_node = y["library"];
+  const bool manifest_only = !lib_node;
+  if (manifest_only && aliases.empty())
+    fail("'library' is missing (only a pack that declares 'aliases' has no library)");
+  uint32_t abi_version = 0;
+  std::string lib;
+  if (!manifest_only || y["abi_version"]) {
+    const std::string abi = text_of("abi_version", true);
+    if (abi.size() > 7 || abi.find_first_not_of("0123456789") != std::string::npos)
+      fail("'abi_version' is not a number: " + quote_text(abi));
+    abi_version = static_cast<uint32_t>(std::stoul(abi));
+  }
+  if (!manifest_only) {
+    lib = string_at(lib_node, "'library'", NAME_MAX);
+    if (lib.empty() || lib == "." || lib == ".." || lib.find('/') != std::string::npos)
+      fail("'library' must be a file name beside the manifest, got " + quote_text(lib));
+  }
+  const YAML::Node types = y["model_types"];
+  std::vector<std::string> model_types;
+  if (types || !manifest_only) {
+    if (!types || !types.IsSequence() || types.size() == 0)
+      fail("'model_types' must be a non-empty list");
+    if (types.size() > kMaxModelTypes)
+      fail("'model_types' lists more than " + std::to_string(kMaxModelTypes) + " entries (" +
+           std::to_string(types.size()) + ")");
+    std::set<std::string> unique;
+    for (const auto& t : types) {
+      std::string s = string_at(t, "an entry of 'model_types'", kMaxManifestString);
+      if (s.empty()) fail("'model_types' holds an empty entry");
+      if (!unique.insert(s).second) fail("'model_types' lists " + quote_text(s) + " twice");
+      model_types.push_back(std::move(s));
+    }
+  }
+  if (manifest_only && !model_types.empty()) {
+    // A pack without code registers nothing but its aliases.
+    std::vector<std::string> names;
+    for (const auto& [from, to] : aliases) names.push_back(from);
+    std::vector<std::string> listed = model_types;
+    std::sort(listed.begin(), listed.end());
+    if (listed != names)
+      fail("'model_types' lists [" + join_shown(listed) + "], but a pack without a library "
+           "registers only its aliases [" + join_shown(names) + "]");
+  }
+  for (const auto& [from, to] : aliases)
+    if (!manifest_only && std::find(model_types.begin(), model_types.end(), from) != model_types.end())
+      fail("model type " + quote_text(from) + " is both in 'model_types' and an alias");
+  if (manifest_only && model_types.empty())
+    for (const auto& [from, to] : aliases) model_types.push_back(from);
 
   rec.name = std::move(plugin_name);
   rec.version = std::move(version);
@@ -416,7 +460,8 @@ std::string read_manifest(const Folder& folder, const std::string& name, PluginR
   rec.description = std::move(description);
   rec.abi_version = abi_version;
   rec.model_types = std::move(model_types);
-  rec.library = shown_path(folder.path / lib);
+  rec.aliases = std::move(aliases);
+  if (!lib.empty()) rec.library = shown_path(folder.path / lib);
   return lib;
 }
 
@@ -745,7 +790,87 @@ struct PluginHost::Impl {
   void scan_folder(const Folder& folder, const std::vector<std::string>& names, bool is_root,
                    const PluginSearchDir& dir, ModelRegistry& registry,
                    std::vector<PluginRecord>& out);
+  void resolve_aliases(std::vector<PluginRecord>& records, ModelRegistry& registry,
+                       PluginHost& host);
 };
+
+// Registers the aliases of every loaded manifest: alias -> a copy of the registration of the
+// type it names, under the alias's name and the declaring manifest's priority. An alias may
+// name another alias; one that names a type nobody registers (or a cycle) makes its manifest a
+// plugin error like any other. When only some model types were asked for, a plugin deferred
+// because its types were not asked for is loaded after all if a wanted alias names one of them.
+void PluginHost::Impl::resolve_aliases(std::vector<PluginRecord>& records,
+                                       ModelRegistry& registry, PluginHost& host) {
+  auto has_aliases = [](const PluginRecord& r) { return r.loaded && !r.aliases.empty(); };
+  if (std::none_of(records.begin(), records.end(), has_aliases)) return;
+  const std::set<std::string> asked = wanted;
+  std::set<const PluginRecord*> failed;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto& rec : records) {
+      if (!has_aliases(rec) || failed.count(&rec)) continue;
+      for (const auto& [from, to] : rec.aliases) {
+        if (std::find(rec.registered.begin(), rec.registered.end(), from) != rec.registered.end())
+          continue;
+        if (!asked.empty() && !asked.count(from)) continue;
+        const Registration* target = registry.get_registration(to);
+        if (!target) {
+          // A deferred plugin that declares the target: load it now.
+          for (size_t i = 0; i < records.size() && !target; ++i) {
+            PluginRecord& d = records[i];
+            if (!d.deferred || d.manifest.empty() ||
+                std::find(d.model_types.begin(), d.model_types.end(), to) == d.model_types.end())
+              continue;
+            wanted = {to};
+            PluginRecord again = host.load_one(d.manifest, d.priority, d.origin, registry);
+            wanted = asked;
+            records[i] = std::move(again);
+            target = registry.get_registration(to);
+            progress = true;
+          }
+          if (!target) continue;
+        }
+        Registration r = *target;
+        r.model_type = from;
+        r.alias_of = to;
+        r.target_plugin = target->alias_of.empty() ? target->plugin : target->target_plugin;
+        r.target_path = target->alias_of.empty() ? target->plugin_path : target->target_path;
+        r.plugin = rec.name;
+        r.plugin_path = rec.manifest.string();
+        r.version = rec.version;
+        r.vendor = rec.vendor;
+        r.priority = rec.priority;
+        try {
+          registry.register_architecture(std::move(r));
+        } catch (const std::exception& e) {
+          rec.error = shown_message(std::string("[plugin] alias ") + quote_text(from) + ": " + e.what());
+          rec.loaded = false;
+          failed.insert(&rec);
+          break;
+        }
+        rec.registered.push_back(from);
+        progress = true;
+      }
+    }
+  }
+  for (auto& rec : records) {
+    if (!has_aliases(rec)) continue;
+    for (const auto& [from, to] : rec.aliases) {
+      if (std::find(rec.registered.begin(), rec.registered.end(), from) != rec.registered.end())
+        continue;
+      if (!asked.empty() && !asked.count(from)) continue;
+      rec.error = shown_message(
+          "[plugin] alias " + quote_text(from) + " names model type " + quote_text(to) +
+          (rec.aliases.count(to) || std::any_of(records.begin(), records.end(), [&](const PluginRecord& o) {
+             return o.aliases.count(to) > 0;
+           })
+               ? ", an alias that does not resolve (a cycle, or an alias of a type no plugin registers)"
+               : ", which no loaded plugin registers"));
+      rec.loaded = false;
+      break;
+    }
+  }
+}
 
 namespace {
 
@@ -771,6 +896,15 @@ PluginRecord PluginHost::Impl::load_manifest(const Folder& folder, const std::st
   rec.manifest = shown_path(folder.path / name);
   try {
     const std::string lib_name = read_manifest(folder, name, rec);
+    if (lib_name.empty()) {
+      // A manifest-only pack: no code to run. Its aliases are registered once every plugin has
+      // loaded (resolve_aliases), as the types they name may come from any folder.
+      rec.deferred = !wanted.empty() &&
+                     std::none_of(rec.model_types.begin(), rec.model_types.end(),
+                                  [&](const std::string& t) { return wanted.count(t) > 0; });
+      rec.loaded = !rec.deferred;
+      return rec;
+    }
     if (rec.abi_version != MOBIUS_ABI_VERSION)
       throw Error("manifest declares ABI version " + std::to_string(rec.abi_version) +
                   ", this host speaks ABI version " + std::to_string(MOBIUS_ABI_VERSION));
@@ -826,7 +960,7 @@ void PluginHost::Impl::scan_folder(const Folder& folder, const std::vector<std::
   for (const auto& m : manifests) {
     if (!seen.insert(shown_path(folder.path / m)).second) continue;
     PluginRecord rec = load_manifest(folder, m, dir.priority, dir.origin, registry);
-    refused_manifest |= rec.library.empty();
+    refused_manifest |= rec.library.empty() && rec.aliases.empty();
     if (!rec.library.empty()) {
       // Its library is accounted for, also when the same folder is reached again through
       // another entry of the search path (then the manifest is skipped as seen).
@@ -942,6 +1076,7 @@ std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& d
       impl_->scan_folder(sub, sub_names, false, d, registry, out);
     }
   }
+  impl_->resolve_aliases(out, registry, *this);
   return out;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,11 @@ struct PluginRecord {
   std::string name, version, vendor, description;
   uint32_t abi_version = 0;              // as the manifest states it
   std::vector<std::string> model_types;  // as the manifest lists them
-  std::vector<std::string> registered;   // what the plugin registered
+  std::vector<std::string> registered;   // what the plugin registered (aliases included)
+  // The manifest's `aliases`: model type -> the registered model type it is built as. A manifest
+  // without a library declares only aliases (a pack that registers existing architectures under
+  // other names, with no code of its own).
+  std::map<std::string, std::string> aliases;
   std::string origin;
   int priority = 0;
   bool loaded = false;

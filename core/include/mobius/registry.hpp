@@ -21,6 +21,10 @@ struct Registration {
   std::string version;      // plugin version
   std::string vendor;       // plugin vendor
   int priority = 0;         // higher wins (see PluginPriority)
+  // A manifest's alias (`aliases: {this_type: alias_of}`): built by alias_of's registration,
+  // which target_plugin (at target_path) registered; plugin and plugin_path name the manifest
+  // that declared the alias. Empty for a type a plugin's code registered itself.
+  std::string alias_of, target_plugin, target_path;
   // config.json text -> normalized config JSON text (defaults filled in).
   std::function<std::string(mobius_context* ctx, const std::string& config_json)> parse_config;
   // Builds the graph and weight plan into ctx from the normalized config.
