@@ -11,6 +11,10 @@
 //                     embedding weights N(0, std), RMSNorm weights 1 + N(0, std) (default uniform)
 //   --std S           standard deviation for --init normal (default 0.02)
 //   --tie             tie_word_embeddings: true, no lm_head.weight
+//   --experts N       a Mixtral-shaped sparse MoE: N experts of width --intermediate per layer
+//                     (block_sparse_moe.experts.E.{w1,w2,w3}.weight and the router
+//                     block_sparse_moe.gate.weight) instead of the dense MLP; model_type mixtral
+//   --top-k K         experts per token with --experts (default 2)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -97,9 +101,10 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16] [--hidden N] [--intermediate N] [--heads N]\n"
       "         [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N] [--layers N]\n"
-      "         [--init uniform|normal] [--std S] [--tie]\n";
+      "         [--init uniform|normal] [--std S] [--tie] [--experts N] [--top-k K]\n";
   std::vector<std::string> pos;
   int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 0, vocab = 32000, max_pos = 4096, fixed_layers = 0;
+  int64_t experts = 0, top_k = 2;
   std::string init = "uniform";
   float std_ = 0.02f;
   bool tie = false;
@@ -127,6 +132,8 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") vocab = n;
     else if (a == "--max-pos") max_pos = n;
     else if (a == "--layers") fixed_layers = n;
+    else if (a == "--experts") experts = n;
+    else if (a == "--top-k") top_k = n;
     else if (a == "--init") init = v;
     else if (a == "--std") std_ = static_cast<float>(std::atof(v.c_str()));
     else {
@@ -147,7 +154,8 @@ int main(int argc, char** argv) {
   }
   if (hd == 0) hd = heads > 0 ? hidden / heads : 0;
   if (hidden <= 0 || inter <= 0 || heads <= 0 || kv <= 0 || hd <= 0 || vocab <= 0 || max_pos <= 0 ||
-      heads % kv != 0 || (init != "uniform" && init != "normal") || !(std_ > 0)) {
+      heads % kv != 0 || (init != "uniform" && init != "normal") || !(std_ > 0) || experts < 0 ||
+      (experts > 0 && (top_k <= 0 || top_k > experts))) {
     std::cerr << "make_checkpoint: bad shape options (heads must be a multiple of kv-heads)\n";
     return 2;
   }
@@ -155,8 +163,8 @@ int main(int argc, char** argv) {
   const bool normal = init == "normal";
   const uint64_t es = bf16 ? 2 : 4;
   const uint64_t fixed = ((tie ? 1 : 2) * vocab * hidden + hidden) * es;
-  const uint64_t per_layer =
-      (2 * hidden * heads * hd + 2 * hidden * kv * hd + 3 * hidden * inter + 2 * hidden) * es;
+  const uint64_t mlp = experts > 0 ? experts * 3 * hidden * inter + experts * hidden : 3 * hidden * inter;
+  const uint64_t per_layer = (2 * hidden * heads * hd + 2 * hidden * kv * hd + mlp + 2 * hidden) * es;
   const auto target = static_cast<uint64_t>(size_mib * 1024 * 1024);
   int64_t layers = target > fixed ? static_cast<int64_t>((target - fixed + per_layer / 2) / per_layer) : 1;
   layers = std::max<int64_t>(layers, 1);
@@ -171,9 +179,19 @@ int main(int argc, char** argv) {
     ts.push_back({p + "self_attn.v_proj.weight", {kv * hd, hidden}});
     ts.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
     ts.push_back({p + "post_attention_layernorm.weight", {hidden}});
-    ts.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-    ts.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
-    ts.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+    if (experts > 0) {
+      ts.push_back({p + "block_sparse_moe.gate.weight", {experts, hidden}});
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        ts.push_back({x + "w1.weight", {inter, hidden}});
+        ts.push_back({x + "w2.weight", {hidden, inter}});
+        ts.push_back({x + "w3.weight", {inter, hidden}});
+      }
+    } else {
+      ts.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+      ts.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+      ts.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+    }
   }
   ts.push_back({"model.norm.weight", {hidden}});
   if (!tie) ts.push_back({"lm_head.weight", {vocab, hidden}});
@@ -233,7 +251,10 @@ int main(int argc, char** argv) {
   std::ofstream(out / "model.safetensors.index.json")
       << "{\"metadata\":{\"total_size\":" << total << "},\"weight_map\":{" << weight_map << "}}\n";
   std::ofstream(out / "config.json")
-      << "{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":" << vocab
+      << (experts > 0 ? "{\"model_type\":\"mixtral\",\"architectures\":[\"MixtralForCausalLM\"],\"num_local_experts\":" +
+                            std::to_string(experts) + ",\"num_experts_per_tok\":" + std::to_string(top_k) + ","
+                      : std::string("{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],"))
+      << "\"vocab_size\":" << vocab
       << ",\"hidden_size\":" << hidden << ",\"intermediate_size\":" << inter
       << ",\"num_hidden_layers\":" << layers << ",\"num_attention_heads\":" << heads
       << ",\"num_key_value_heads\":" << kv << ",\"head_dim\":" << hd
