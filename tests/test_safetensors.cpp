@@ -447,8 +447,8 @@ TEST_CASE("safetensors: dtype not a string") {
 }
 
 TEST_CASE("safetensors: unknown dtype") {
-  check_header_rejected(R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", "abcd",
-                        "tensor 'w' has unsupported dtype 'F8_E4M3'");
+  check_header_rejected(R"({"w":{"dtype":"F8_E5M2","shape":[4],"data_offsets":[0,4]}})", "abcd",
+                        "tensor 'w' has unsupported dtype 'F8_E5M2'");
 }
 
 TEST_CASE("safetensors: shape with a negative dimension") {

@@ -219,7 +219,8 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.no_weights = opts.no_weights ? 1 : 0;
   ctx.quiet = opts.quiet;
   if (!opts.no_weights && !dir.empty()) {
-    impl->checkpoint = open_checkpoint(dir);
+    // With config.json's quantization_config, so quantized weights read as float tensors.
+    impl->checkpoint = open_checkpoint(dir, ctx.source_config ? &*ctx.source_config : nullptr);
     ctx.checkpoint = impl->checkpoint.get();
   }
   ctx.model.mutable_graph()->set_name(model_type);

@@ -45,6 +45,17 @@ class CheckpointReader {
     (void)meta;
     return std::nullopt;
   }
+  // Copies elements [first_element, first_element + count) of the tensor's row-major data into
+  // dst (capacity count * dtype_size(meta.dtype)), so a writer can stream a tensor that has no
+  // extent() in bounded pieces. Throws mobius::Error, also for a range beyond the tensor. This
+  // default reads from the extent when there is one, else gathers the whole tensor with read();
+  // readers whose tensors are computed from others override it to read only what the range needs.
+  virtual void read_range(const TensorMeta& meta, uint64_t first_element, uint64_t count,
+                          void* dst) const;
+  // True when read_range of this tensor reads only what the range covers (it has an extent, or
+  // it is computed piece by piece); false when each call gathers the whole tensor (a strided
+  // pickle tensor), which a writer should then read() once instead of range by range.
+  virtual bool reads_ranges(const TensorMeta& meta) const { return extent(meta).has_value(); }
   // Human-readable description, e.g. "safetensors (2 shards)".
   virtual std::string describe() const = 0;
 };
@@ -55,9 +66,22 @@ class CheckpointReader {
 // mobius::Error naming the file and the reason.
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir);
 
+// The same, given the text of the model's config.json (nullptr: none): when its
+// quantization_config says the weights are stored quantized (fp8 blocks, mxfp4 experts), the
+// reader shows them as float32 tensors dequantized while they are read (quantized_checkpoint.hpp).
+// Problems with quantization_config throw ErrorKind::Config naming the key, problems with the
+// quantized tensors ErrorKind::Checkpoint naming the file and tensor.
+std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir,
+                                                  const std::string* config_text);
+
 // Opens the checkpoint in a model folder: model.safetensors, or the shards named by
 // model.safetensors.index.json. Throws mobius::Error naming the file and the reason.
 std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir);
+
+// ONNX TensorProto FLOAT8E4M3FN, safetensors "F8_E4M3": how FP8 block checkpoints store their
+// weights. Not a MOBIUS_DTYPE_* of the plugin ABI: plugins only ever see these weights
+// dequantized.
+inline constexpr int32_t kDtypeFloat8E4M3FN = 17;
 
 // Bytes per element of a MOBIUS_DTYPE_* code (0 for unknown).
 size_t dtype_size(int32_t dtype);

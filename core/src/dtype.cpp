@@ -7,6 +7,7 @@ namespace mobius {
 size_t dtype_size(int32_t dtype) {
   switch (dtype) {
     case MOBIUS_DTYPE_BOOL:
+    case kDtypeFloat8E4M3FN:
     case MOBIUS_DTYPE_UINT8:
     case MOBIUS_DTYPE_INT8: return 1;
     case MOBIUS_DTYPE_UINT16:
@@ -39,6 +40,7 @@ const char* dtype_name(int32_t dtype) {
     case MOBIUS_DTYPE_UINT32: return "uint32";
     case MOBIUS_DTYPE_UINT64: return "uint64";
     case MOBIUS_DTYPE_BFLOAT16: return "bfloat16";
+    case kDtypeFloat8E4M3FN: return "float8_e4m3fn";
     default: return "unknown";
   }
 }

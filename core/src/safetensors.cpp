@@ -50,7 +50,7 @@ constexpr DtypeEntry kDtypes[] = {
     {"BF16", MOBIUS_DTYPE_BFLOAT16}, {"I64", MOBIUS_DTYPE_INT64},  {"I32", MOBIUS_DTYPE_INT32},
     {"I16", MOBIUS_DTYPE_INT16},     {"I8", MOBIUS_DTYPE_INT8},    {"U64", MOBIUS_DTYPE_UINT64},
     {"U32", MOBIUS_DTYPE_UINT32},    {"U16", MOBIUS_DTYPE_UINT16}, {"U8", MOBIUS_DTYPE_UINT8},
-    {"BOOL", MOBIUS_DTYPE_BOOL},
+    {"BOOL", MOBIUS_DTYPE_BOOL},     {"F8_E4M3", kDtypeFloat8E4M3FN},
 };
 
 // One tensor of a safetensors header. The SAX handler fills name, dtype, shape and the offsets

@@ -8,7 +8,7 @@ namespace mobius::nn {
 using namespace mobius::op;
 
 Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const AttentionCore& core,
-                      int64_t rep) {
+                      int64_t rep, Value sinks) {
   Value scores = Mul(MatMul(q, Transpose(k, {0, 1, 3, 2})), ScalarLike(q, core.scale));
   scores = Cast(scores, DType::Float);
   if (core.softcap > 0) {
@@ -16,7 +16,20 @@ Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const At
     scores = Mul(Tanh(Div(scores, cap)), cap);
   }
   scores = Add(scores, shared.attention_bias(core.window, rep));
-  return Cast(Softmax(scores, -1), q.dtype());
+  if (!sinks.valid()) return Cast(Softmax(scores, -1), q.dtype());
+  // Per query head: the rows of one head are contiguous, so [batch, groups, rep * seq, total]
+  // is [batch, heads, seq, total] as it lies. The softmax of [scores | sink] without its last
+  // column: the sink joins the maximum and the denominator, as transformers' eager attention
+  // computes it.
+  const Dim& groups = q.dim(1);
+  if (!groups.is_static()) throw Error("[attention] sinks need a static head count");
+  const int64_t heads = groups.size * rep;
+  Value s = Reshape(scores, {0, heads, -1, 0});
+  Value sink = Reshape(sinks, {1, heads, 1, 1});
+  Value m = Max(ReduceMax(s, {-1}, true), sink);
+  Value e = Exp(Sub(s, m));
+  Value p = Div(e, Add(ReduceSum(e, {-1}, true), Exp(Sub(sink, m))));
+  return Cast(Reshape(p, {0, groups.size, -1, 0}), q.dtype());
 }
 
 Value merge_heads(Value o, int64_t heads, int64_t head_dim) {
@@ -24,13 +37,13 @@ Value merge_heads(Value o, int64_t heads, int64_t head_dim) {
 }
 
 Value grouped_attention(Graph& g, SharedInputs& shared, Value q, Value k, Value v,
-                        const AttentionCore& core, int64_t heads, int64_t kv_heads) {
+                        const AttentionCore& core, int64_t heads, int64_t kv_heads, Value sinks) {
   const int64_t rep = heads / kv_heads;
   const Dim& d = q.dim(-1);
   const Dim& dv = v.dim(-1);
   if (!d.is_static() || !dv.is_static()) throw Error("[attention] head dims must be static");
   Value qg = rep > 1 ? Reshape(q, {0, kv_heads, -1, d.size}) : q;
-  Value o = MatMul(attention_probs(g, shared, qg, k, core, rep), v);  // [b, kv, rep*seq, dv]
+  Value o = MatMul(attention_probs(g, shared, qg, k, core, rep, sinks), v);  // [b, kv, rep*seq, dv]
   if (rep > 1) o = Reshape(o, {0, heads, -1, dv.size});
   return merge_heads(o, heads, dv.size);
 }
@@ -129,7 +142,8 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   v = Concat({past.at("value"), v}, 2);
   present["key"] = k;
   present["value"] = v;
-  Value o = grouped_attention(g, shared, q, k, v, core, heads, kv_heads);
+  Value o = grouped_attention(g, shared, q, k, v, core, heads, kv_heads,
+                              head_sinks(g, DType::Float));
   if (output_gate) o = Mul(o, Sigmoid(gate));
   return o_proj->forward(g, o);
 }
@@ -153,8 +167,9 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   const auto rot = static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
   if (rot > 0) {
     auto [cos, sin] = shared.rope_caches(rope, rot);
-    q = RotaryEmbedding(q, shared.position_ids, cos, sin, heads, rot, rope.interleaved);
-    k = RotaryEmbedding(k, shared.position_ids, cos, sin, kv_heads, rot, rope.interleaved);
+    Value rows = shared.rope_positions(rope);  // position_ids, or a longrope's rows of this run
+    q = RotaryEmbedding(q, rows, cos, sin, heads, rot, rope.interleaved);
+    k = RotaryEmbedding(k, rows, cos, sin, kv_heads, rot, rope.interleaved);
   }
   auto [seqlens_k, total] = shared.gqa_lengths();
   std::vector<Attr> attrs{Attr("num_heads", heads), Attr("kv_num_heads", kv_heads),
@@ -165,8 +180,10 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   if (core.window > 0) attrs.emplace_back("local_window_size", core.window);
   const Value none;
   const Value past_k = past.at("key"), past_v = past.at("value");
-  auto out = g.node("GroupQueryAttention",
-                    {q, k, v, past_k, past_v, seqlens_k, total, none, none, none, shared.gqa_bias()},
+  std::vector<Value> inputs{q, k, v, past_k, past_v, seqlens_k, total, none, none, none,
+                            shared.gqa_bias()};
+  if (Value sinks = head_sinks(g, q.dtype()); sinks.valid()) inputs.push_back(sinks);  // head_sink
+  auto out = g.node("GroupQueryAttention", inputs,
                     {TensorType(q.dtype(), {Dim("batch_size"), Dim("sequence_length"), Dim(heads * head_dim)}),
                      TensorType(past_k.dtype(), {Dim("batch_size"), Dim(kv_heads), Dim("total_sequence_length"), Dim(head_dim)}),
                      TensorType(past_v.dtype(), {Dim("batch_size"), Dim(kv_heads), Dim("total_sequence_length"), Dim(head_dim)})},
@@ -175,5 +192,16 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   present["value"] = out[2];
   return out[0];
 }
+
+// ---------------------------------------------------------------------------------------------
+// Attention with sinks
+
+SinkAttention::SinkAttention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
+                             const AttentionNames& names)
+    : Attention(cfg, layer, norm, names) {
+  declare("sinks", {heads});
+}
+
+Value SinkAttention::head_sinks(Graph& g, DType dt) const { return param(g, "sinks", dt); }
 
 }  // namespace mobius::nn

@@ -286,6 +286,66 @@ const nlohmann::json& text_config(const nlohmann::json& j) {
   return j;
 }
 
+namespace {
+
+// A longrope factor list: numbers, each finite and positive (it divides a frequency).
+std::vector<double> rope_factors(const ConfigReader& s, const std::string& name) {
+  if (!s.has(name)) s.fail(name, "is required for longrope");
+  const nlohmann::json& v = s.raw().at(name);
+  if (!v.is_array()) s.fail(name, "must be a list of numbers, got " + describe_value(v));
+  std::vector<double> out;
+  for (const auto& e : v) {
+    if (!e.is_number()) s.fail(name, "must be a list of numbers, got " + describe_value(e));
+    const double d = e.get<double>();
+    if (!std::isfinite(d) || d <= 0)
+      s.fail(name, "must hold positive numbers, got " + describe_value(e) + " at index " +
+                       std::to_string(out.size()));
+    out.push_back(d);
+  }
+  return out;
+}
+
+// The longrope keys of `s` (the rope_scaling / rope_parameters object named `key`).
+void read_longrope(const ConfigReader& r, const ConfigReader& s, const std::string& key,
+                   RopeConfig& rope) {
+  rope.short_factor = rope_factors(s, "short_factor");
+  rope.long_factor = rope_factors(s, "long_factor");
+  // transformers' standardize_rope_params: the top-level pretraining length wins.
+  const int64_t max_pos = r.get_int("max_position_embeddings", 0);
+  rope.original_max_position_embeddings =
+      r.has("original_max_position_embeddings")
+          ? r.get_int("original_max_position_embeddings")
+          : s.get_int("original_max_position_embeddings", max_pos);
+  if (rope.original_max_position_embeddings < 2)
+    r.fail(key, "longrope needs original_max_position_embeddings (or max_position_embeddings) of "
+                "at least 2");
+  if (s.has("factor")) {
+    rope.factor = s.get_double("factor");
+  } else {
+    // Without an explicit factor, the extension is the ratio of the two lengths.
+    if (max_pos <= 0) r.fail(key, "longrope needs 'factor' or 'max_position_embeddings'");
+    rope.factor = static_cast<double>(max_pos) /
+                  static_cast<double>(rope.original_max_position_embeddings);
+  }
+  if (s.has("attention_factor") && rope.attention_factor <= 0)
+    s.fail("attention_factor", "must be positive");
+}
+
+}  // namespace
+
+void check_rope_factors(const ConfigReader& r, const RopeConfig& rope, int64_t rotary_dim) {
+  if (rope.type != "longrope") return;
+  const std::string key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const auto pairs = static_cast<size_t>(rotary_dim / 2);
+  for (const auto* list : {&rope.short_factor, &rope.long_factor}) {
+    if (list->size() == pairs) continue;
+    r.fail(key, std::string(list == &rope.short_factor ? "short_factor" : "long_factor") + " has " +
+                    std::to_string(list->size()) + " entries; longrope needs one per rotated pair: " +
+                    std::to_string(pairs) + " (" + std::to_string(rotary_dim) +
+                    " rotary dims: head_dim times partial_rotary_factor)");
+  }
+}
+
 RopeConfig read_rope(const ConfigReader& r, double default_theta) {
   RopeConfig rope;
   rope.theta = r.get_double("rope_theta", default_theta);
@@ -302,12 +362,10 @@ RopeConfig read_rope(const ConfigReader& r, double default_theta) {
     if (!scaling->is_object()) r.fail(key, "must be an object");
     ConfigReader s(*scaling, key);
     std::string type = s.has("rope_type") ? s.get_string("rope_type") : s.get_string("type", "default");
-    if (type == "su" || type == "longrope")
-      r.fail(key, "rope type " + quote_value(type) + " is not supported");
     if (type != "default" && type != "linear" && type != "llama3" && type != "yarn" &&
-        type != "dynamic")
+        type != "dynamic" && type != "longrope")
       r.fail(key, "has unknown rope type " + quote_value(type) +
-                      " (known: default, linear, llama3, yarn, dynamic)");
+                      " (known: default, linear, llama3, yarn, dynamic, longrope)");
     rope.type = type;
     if (s.has("rope_theta")) rope.theta = s.get_double("rope_theta");
     if (s.has("partial_rotary_factor")) rope.partial_rotary_factor = s.get_double("partial_rotary_factor");
@@ -322,6 +380,7 @@ RopeConfig read_rope(const ConfigReader& r, double default_theta) {
     rope.mscale_all_dim = s.get_double("mscale_all_dim", 0.0);
     rope.attention_factor = s.get_double("attention_factor", 0.0);
     rope.truncate = s.get_bool("truncate", true);
+    if (type == "longrope") read_longrope(r, s, key, rope);
     if (type != "default" && rope.factor <= 0) r.fail(key, "factor must be positive");
     if (type == "llama3") {
       if (rope.original_max_position_embeddings <= 0)
@@ -404,6 +463,18 @@ void ArchitectureConfig::validate() const {
     throw Error("[config] 'layer_types' has " + std::to_string(layer_types.size()) +
                 " entries for " + std::to_string(num_hidden_layers) + " layers");
   if (rotary_dim() <= 0) throw Error("[config] 'partial_rotary_factor' leaves no rotary dims");
+  for (const RopeConfig* r : {&rope, &sliding_rope}) {
+    if (r->type != "longrope") continue;
+    const auto rot = static_cast<int64_t>(static_cast<double>(head_dim) * r->partial_rotary_factor);
+    const auto pairs = static_cast<size_t>(rot / 2);
+    if (r->short_factor.size() != pairs || r->long_factor.size() != pairs)
+      throw Error("[config] the longrope short_factor and long_factor need one entry per rotated "
+                  "pair: " + std::to_string(pairs) + ", got " +
+                  std::to_string(r->short_factor.size()) + " and " +
+                  std::to_string(r->long_factor.size()));
+    if (r->original_max_position_embeddings <= 0)
+      throw Error("[config] longrope needs 'original_max_position_embeddings'");
+  }
   check_size_key("num_nextn_predict_layers", num_nextn_predict_layers);
   if (moe) moe->validate();
   if (mla) {

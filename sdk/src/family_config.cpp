@@ -14,15 +14,24 @@ namespace {
 // A family's spelling of its fields in config.json, where a key differs from the field's name.
 using Spelling = std::vector<std::pair<std::string, std::string>>;
 
-// The config.json key of `field`: the row's, else the family's spelling, else the field's name.
+// The config.json key of `field`: the row's, else the family's spelling, else the field's name;
+// the row's second spelling (FieldKey::or_key) when config.json (`raw`, if given) has only that.
 std::string key_of(const std::string& field, const std::vector<FieldKey>* reads,
-                   const Spelling& family) {
+                   const Spelling& family, const nlohmann::json* raw = nullptr) {
+  std::string key, alias;
   if (reads)
     for (const FieldKey& f : *reads)
-      if (f.field == field && !f.key.empty()) return f.key;
-  for (const auto& [f, k] : family)
-    if (f == field) return k;
-  return field;
+      if (f.field == field) {
+        if (key.empty()) key = f.key;
+        if (alias.empty()) alias = f.alias;
+      }
+  if (key.empty())
+    for (const auto& [f, k] : family)
+      if (f == field && key.empty()) key = k;
+  if (key.empty()) key = field;
+  if (!alias.empty() && raw && raw->is_object() && !raw->contains(key) && raw->contains(alias))
+    return alias;
+  return key;
 }
 
 // A family's checks, naming each field by its config.json key and reporting through the site's
@@ -30,7 +39,9 @@ std::string key_of(const std::string& field, const std::vector<FieldKey>* reads,
 class Checker {
  public:
   Checker(const ConfigSite& site, const Spelling& family) : site_(site), family_(family) {}
-  std::string key(const std::string& field) const { return key_of(field, site_.reads, family_); }
+  std::string key(const std::string& field) const {
+    return key_of(field, site_.reads, family_, site_.reader ? &site_.reader->raw() : nullptr);
+  }
   std::string quoted(const std::string& field) const { return "'" + key(field) + "'"; }
   [[noreturn]] void fail(const std::string& field, const std::string& why) const {
     if (site_.reader) site_.reader->fail(key(field), why);
@@ -78,7 +89,7 @@ nlohmann::json read_fields(const ConfigReader& r, const std::string& family_name
                                                 "', which is not a field of the " + family_name +
                                                 " config");
     nlohmann::json& v = *it;
-    const std::string key = key_of(f.field, &reads, family);
+    const std::string key = key_of(f.field, &reads, family, &r.raw());
     if (auto raw = r.raw().find(key); f.if_null && raw != r.raw().end() && raw->is_null()) {
       v = *f.if_null;
       continue;
@@ -126,7 +137,7 @@ T read_row(const ConfigReader& r, const FamilyRow<T>& row, const std::string& fa
 void check_required(const ConfigReader& r, const std::vector<FieldKey>& reads,
                     const Spelling& family) {
   for (const FieldKey& f : reads) {
-    const std::string key = key_of(f.field, &reads, family);
+    const std::string key = key_of(f.field, &reads, family, &r.raw());
     if (f.is_required && !r.has(key)) r.fail(key, "is required");
   }
 }
@@ -180,6 +191,35 @@ const std::vector<FamilyRow<MoEConfig>>& MoEConfig::rows() {
         .topk_method = "noaux_tc", .n_group = 8, .topk_group = 4, .norm_topk_prob = true,
         .routed_scaling_factor = 2.5},
        deepseek_moe_reads({"norm_topk_prob"})},
+      // Mixtral (configuration_mixtral.py, MixtralSparseMoeBlock): every layer is sparse, its
+      // experts as wide as intermediate_size; a float32 softmax over all experts, the top k
+      // always renormalised.
+      {"mixtral",
+       {.moe_intermediate_size = 14336, .n_routed_experts = 8, .num_experts_per_tok = 2,
+        .scoring = "softmax", .norm_topk_prob = true},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts").or_key("num_experts"),
+        "num_experts_per_tok"}},
+      // Qwen3-MoE (configuration_qwen3_moe.py, Qwen2MoeTopKRouter): the sparse layers are every
+      // decoder_sparse_step-th one outside mlp_only_layers (null: none); the same router as
+      // Mixtral's, renormalised only when norm_topk_prob; no shared expert.
+      {"qwen3_moe",
+       {.moe_intermediate_size = 768, .n_routed_experts = 128, .num_experts_per_tok = 8,
+        .scoring = "softmax", .norm_topk_prob = false},
+       {"moe_intermediate_size",
+        FieldKey("n_routed_experts", "num_experts").or_key("num_local_experts"),
+        "num_experts_per_tok", "decoder_sparse_step",
+        FieldKey("mlp_only_layers").null_is(nlohmann::json::array()), "norm_topk_prob"}},
+      // gpt-oss (configuration_gpt_oss.py, GptOssTopKRouter, GptOssExperts): every layer is
+      // sparse; a router with a bias, a softmax over its top k logits; experts as wide as
+      // intermediate_size with the clamped SwiGLU.
+      {"gpt_oss",
+       {.moe_intermediate_size = 2880, .n_routed_experts = 128, .num_experts_per_tok = 4,
+        .scoring = "topk_softmax", .router_bias = true, .swiglu_limit = 7.0,
+        .swiglu_alpha = 1.702},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts").or_key("num_experts"),
+        "num_experts_per_tok", "swiglu_limit", "swiglu_alpha"}},
   };
   return rows;
 }
@@ -215,8 +255,16 @@ void MoEConfig::validate(const ConfigSite& site) const {
     c.fail("num_experts_per_tok", "(" + std::to_string(num_experts_per_tok) +
                                       ") must be between 1 and " + c.quoted("n_routed_experts") +
                                       " (" + std::to_string(n_routed_experts) + ")");
-  if (scoring != "softmax" && scoring != "sigmoid")
-    c.fail("scoring", "has unknown value " + quote_value(scoring) + " (known: softmax, sigmoid)");
+  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "topk_softmax")
+    c.fail("scoring", "has unknown value " + quote_value(scoring) +
+                          " (known: softmax, sigmoid, topk_softmax)");
+  // The softmax over the chosen logits leaves no scores to choose groups by.
+  if (scoring == "topk_softmax" && topk_method != "greedy")
+    c.fail("topk_method", "must be greedy with a softmax over the top-k logits, got " +
+                              quote_value(topk_method));
+  if (!std::isfinite(swiglu_limit) || swiglu_limit <= 0)
+    c.fail("swiglu_limit", "must be a positive number");
+  if (!std::isfinite(swiglu_alpha)) c.fail("swiglu_alpha", "must be finite");
   if (topk_method != "greedy" && topk_method != "group_limited_greedy" && topk_method != "noaux_tc")
     c.fail("topk_method", "has unknown value " + quote_value(topk_method) +
                               " (known: greedy, group_limited_greedy, noaux_tc)");

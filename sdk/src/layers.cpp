@@ -93,6 +93,40 @@ Value SharedInputs::gqa_bias() {
   return bias;
 }
 
+namespace {
+
+// Rows of a longrope's short table in SharedInputs::rope_caches: a short run's positions are all
+// below original_max_position_embeddings; no table goes past the model's max positions.
+int64_t longrope_short_rows(const RopeConfig& rope, int64_t max_positions) {
+  return std::min(rope.original_max_position_embeddings, max_positions);
+}
+
+}  // namespace
+
+Value SharedInputs::long_context(const RopeConfig& rope) {
+  const std::string key = "long_context/" + std::to_string(rope.original_max_position_embeddings);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  ScopeGuard s(g_, "long_context");
+  // transformers' longrope update: max(position_ids) + 1 > original, over the whole batch.
+  Value top = ReduceMax(position_ids, {0, 1}, false);
+  Value v = GreaterOrEqual(top, Int(g_, rope.original_max_position_embeddings));
+  cache_[key] = v;
+  return v;
+}
+
+Value SharedInputs::rope_positions(const RopeConfig& rope) {
+  if (rope.type != "longrope") return position_ids;
+  const int64_t short_rows = longrope_short_rows(rope, max_positions);
+  const std::string key = "rope_positions/" + std::to_string(rope.original_max_position_embeddings) +
+                          "/" + std::to_string(short_rows);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  Value is_long = long_context(rope);
+  ScopeGuard s(g_, "rope_positions");
+  Value v = Where(is_long, Add(position_ids, Int(g_, short_rows)), position_ids);
+  cache_[key] = v;
+  return v;
+}
+
 std::pair<Value, Value> SharedInputs::rope_caches(const RopeConfig& rope, int64_t rot) {
   nlohmann::json j = rope;
   const std::string key = "rope_cache/" + j.dump() + "/" + std::to_string(rot);
@@ -100,20 +134,34 @@ std::pair<Value, Value> SharedInputs::rope_caches(const RopeConfig& rope, int64_
   if (max_positions <= 0) throw Error("[rope] the rotary caches need max_position_embeddings");
   double scaling = 1.0;
   std::vector<float> inv = rope_inv_freq(rope, rot, &scaling);
+  // A longrope's long table follows its short one in the same initializer; rope_positions
+  // moves a long run's positions onto it.
+  std::vector<float> inv_long;
+  int64_t short_rows = max_positions;
+  if (rope.type == "longrope") {
+    inv_long = rope_inv_freq(rope, rot, nullptr, true);
+    short_rows = longrope_short_rows(rope, max_positions);
+  }
+  const int64_t rows = short_rows + (inv_long.empty() ? 0 : max_positions);
   BuildContext& ctx = g_.context();
   // One pair of caches per distinct rope: named by their order of creation.
   const std::string base = "rope" + (rope_cache_count_ ? std::to_string(rope_cache_count_) : std::string());
   ++rope_cache_count_;
-  const TensorType t(act, {Dim(max_positions), Dim(static_cast<int64_t>(inv.size()))});
+  const TensorType t(act, {Dim(rows), Dim(static_cast<int64_t>(inv.size()))});
   std::pair<Value, Value> out;
   for (int which = 0; which < 2; ++which) {
     const std::string name = base + (which == 0 ? ".cos_cache" : ".sin_cache");
     Value v = ctx.graph().initializer(name, t);
-    ctx.plan_transformed(name, {}, [inv, scaling, which](const std::vector<HostTensor>&, float* out, size_t n) {
+    const auto first_long = static_cast<size_t>(short_rows);
+    ctx.plan_transformed(name, {}, [inv, inv_long, first_long, scaling, which](
+                                       const std::vector<HostTensor>&, float* out, size_t n) {
       const size_t w = inv.size();
       for (size_t i = 0; i < n; ++i) {
+        const size_t row = i / w;
+        const bool long_row = !inv_long.empty() && row >= first_long;
+        const size_t pos = long_row ? row - first_long : row;
         // position * inv_freq in float32, as transformers' float32 matmul computes it.
-        const float angle = static_cast<float>(i / w) * inv[i % w];
+        const float angle = static_cast<float>(pos) * (long_row ? inv_long : inv)[i % w];
         const auto c = static_cast<float>(which == 0 ? std::cos(static_cast<double>(angle))
                                                      : std::sin(static_cast<double>(angle)));
         out[i] = scaling == 1.0 ? c : c * static_cast<float>(scaling);
@@ -134,7 +182,8 @@ Value RotaryEmbedding(Value x, Value position_ids, Value cos, Value sin, int64_t
                         "com.microsoft")[0];
 }
 
-std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t dim, double* attention_scaling) {
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t dim, double* attention_scaling,
+                                 bool long_factors) {
   // Computed in float32 arithmetic, the way transformers' float32 tensors compute it.
   const auto n = static_cast<size_t>(dim / 2);
   std::vector<float> inv(n);
@@ -195,6 +244,20 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t dim, double* at
       float extrap_factor = 1.0f - ramp;
       inv[i] = interp * (1.0f - extrap_factor) + extrap * extrap_factor;
     }
+  } else if (rope.type == "longrope") {
+    const std::vector<double>& ext = long_factors ? rope.long_factor : rope.short_factor;
+    if (ext.size() != n)
+      throw Error("[rope] longrope has " + std::to_string(ext.size()) + " factors for " +
+                  std::to_string(n) + " rotated pairs");
+    for (size_t i = 0; i < n; ++i) {
+      float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+      inv[i] = 1.0f / (static_cast<float>(ext[i]) * std::pow(base, e));
+    }
+    const auto orig = static_cast<double>(rope.original_max_position_embeddings);
+    if (rope.attention_factor > 0)
+      scaling = rope.attention_factor;
+    else if (rope.factor > 1.0)
+      scaling = std::sqrt(1.0 + std::log(rope.factor) / std::log(orig));
   }
   // "dynamic" (NTK) equals the default inside max_position_embeddings, which the exported
   // graph assumes; "default" needs nothing more.
@@ -212,6 +275,14 @@ std::pair<Value, Value> SharedInputs::rope_tables(const RopeConfig& rope, int64_
   std::vector<float> inv = rope_inv_freq(rope, rot, &scaling);
   std::vector<double> invd(inv.begin(), inv.end());
   Value inv_v = Constant(g_, DType::Float, {static_cast<int64_t>(inv.size())}, invd, "inv_freq");
+  if (rope.type == "longrope") {
+    // The run's factors: a choice between two rows of rot/2 frequencies, made before anything
+    // per position is computed.
+    std::vector<float> inv_long = rope_inv_freq(rope, rot, nullptr, true);
+    Value long_v = Constant(g_, DType::Float, {static_cast<int64_t>(inv_long.size())},
+                            std::vector<double>(inv_long.begin(), inv_long.end()), "inv_freq_long");
+    inv_v = Where(long_context(rope), long_v, inv_v);
+  }
   Value pos = Unsqueeze(Cast(position_ids, DType::Float), {2});  // [batch, seq, 1]
   Value freqs = Mul(pos, inv_v);                                   // [batch, seq, rot/2]
   Value emb = !full_width || rope.interleaved ? freqs : Concat({freqs, freqs}, -1);

@@ -1,4 +1,5 @@
-// moe.cpp - DeepSeek V2/V3 routing and the routed experts as an ONNX Loop over the experts hit.
+// moe.cpp - routing (DeepSeek V2/V3, Mixtral, Qwen-MoE, gpt-oss) and the routed experts as an
+// ONNX Loop over the experts hit.
 //
 // The form, and what it costs per layer and step for N tokens, k experts per token, E experts of
 // width I over hidden H:
@@ -6,9 +7,9 @@
 //     when the routing is group-limited);
 //   - Unique over the N*k chosen ids, then a Loop over only the U <= min(E, N*k) experts that
 //     some token chose. Iteration e gathers the rows of the tokens routed to e, gathers e's
-//     slices of the two banks (3*I*H weights, one copy of exactly the weights that its matmuls
-//     then read), runs its gated MLP on those rows only, and scatter-adds the weighted result
-//     into a float32 [N, H] accumulator.
+//     slices of the banks (3*I*H weights, one copy of exactly the weights that its matmuls
+//     then read), runs its MLP on those rows only (the bank's expert()), and scatter-adds the
+//     weighted result into a float32 [N, H] accumulator.
 // So the matmul work is exactly the N*k*3*I*H multiply-adds the math needs, no expert ever runs
 // on a token not routed to it, and the weights touched are those of the U experts hit. The
 // overheads: the weight-slice copy (at most 2x the weight traffic of the matmuls), the per-
@@ -22,19 +23,12 @@
 // Expert outputs are summed in float32 in ascending expert order, as transformers' loop does.
 #include "mobius/sdk/moe.hpp"
 
+#include <climits>
 #include <cmath>
 
 namespace mobius::nn {
 
 using namespace mobius::op;
-
-namespace {
-
-std::string expert_name(int64_t e, const char* proj) {
-  return std::to_string(e) + "." + proj + ".weight";
-}
-
-}  // namespace
 
 MoEConfig MoEConfig::from(const ArchitectureConfig& c) {
   MoEConfig m;
@@ -51,18 +45,28 @@ MoEConfig MoEConfig::from(const ArchitectureConfig& c) {
 
 MoERouter::MoERouter(const MoEConfig& c) : cfg(c) {
   declare("weight", {cfg.n_routed_experts, cfg.hidden});
-  // A float32 buffer in transformers: it decides between nearly equal scores, so it keeps its
-  // precision whatever the weight dtype.
+  // Router biases and the correction bias decide between nearly equal logits: kept in float32
+  // whatever the weight dtype (the correction bias is a float32 buffer in transformers).
+  if (cfg.router_bias) declare("bias", {cfg.n_routed_experts}, DType::Float);
   if (cfg.scoring == "sigmoid")
     declare("e_score_correction_bias", {cfg.n_routed_experts}, DType::Float);
 }
 
 std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
-  const int64_t E = cfg.n_routed_experts, G = cfg.n_group;
+  const int64_t E = cfg.n_routed_experts, G = cfg.n_group, k = cfg.num_experts_per_tok;
   Value w = weight_in_out(g, full_name("weight"), {source_tensor("weight")}, cfg.hidden,
                           cfg.n_routed_experts, DType::Float);
   Value logits = MatMul(Cast(x, DType::Float), w);  // [N, E]
+  if (cfg.router_bias) logits = Add(logits, param(g, "bias"));
+  if (cfg.scoring == "topk_softmax") {
+    // gpt-oss: the k largest logits, then a softmax over those k only.
+    auto [top, idx] = TopK(logits, Ints(g, {k}), -1);
+    Value weights = Softmax(top, -1);
+    if (cfg.routed_scaling_factor != 1.0)
+      weights = Mul(weights, Scalar(g, DType::Float, cfg.routed_scaling_factor));
+    return {idx, weights};
+  }
   const bool sigmoid = cfg.scoring == "sigmoid";
   Value scores = sigmoid ? Sigmoid(logits) : Softmax(logits, -1);
   Value choice = sigmoid ? Add(scores, param(g, "e_score_correction_bias")) : scores;
@@ -78,7 +82,7 @@ std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
     // Experts of other groups score 0.0 (not -inf), as transformers' masked_fill does.
     choice = Reshape(Where(keep, grouped, Scalar(g, DType::Float, 0.0)), {-1, E});
   }
-  Value idx = TopK(choice, Ints(g, {cfg.num_experts_per_tok}), -1).second;  // [N, k]
+  Value idx = TopK(choice, Ints(g, {k}), -1).second;  // [N, k]
   Value weights = GatherElements(scores, idx, 1);  // unbiased scores
   if (cfg.norm_topk_prob)
     weights = Div(weights, Add(ReduceSum(weights, {-1}, true), Scalar(g, DType::Float, 1e-20)));
@@ -88,44 +92,13 @@ std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Routed experts
+// Routed experts: the loop over the experts hit
 
-ExpertBank::ExpertBank(int64_t e, int64_t h, int64_t i, std::string a)
-    : experts(e), hidden(h), intermediate(i), act(std::move(a)) {
-  declare("gate_up_proj", {2 * e, i, h});
-  declare("down_proj", {e, h, i});
-}
-
-Value ExpertBank::bank(Graph& g, const std::string& local) const {
-  BuildContext& ctx = g.context();
-  Graph& main = ctx.graph();
-  const std::string name = full_name(local);
-  if (auto v = main.find_initializer(name)) return *v;
-  std::vector<std::string> sources;
-  std::vector<Dim> dims;
-  if (local == "gate_up_proj") {
-    for (int64_t e = 0; e < experts; ++e) {
-      sources.push_back(full_name(expert_name(e, "gate_proj")));
-      sources.push_back(full_name(expert_name(e, "up_proj")));
-    }
-    dims = {2 * experts, intermediate, hidden};
-  } else if (local == "down_proj") {
-    for (int64_t e = 0; e < experts; ++e) sources.push_back(full_name(expert_name(e, "down_proj")));
-    dims = {experts, hidden, intermediate};
-  } else {
-    throw Error("[moe] '" + path() + "' has no bank '" + local + "'");
-  }
-  Value v = main.initializer(name, TensorType(ctx.weight_dtype(), dims));
-  ctx.plan_expert_bank(name, sources);
-  return v;
-}
+ExpertBank::ExpertBank(int64_t e, int64_t h, int64_t i) : experts(e), hidden(h), intermediate(i) {}
 
 Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k) const {
   ScopeGuard s(g, path());
-  const DType adt = x.dtype();
-  const int64_t I = intermediate, H = hidden;
-  Value gate_up = bank(g, "gate_up_proj");
-  Value down = bank(g, "down_proj");
+  const int64_t H = hidden;
   Value flat_idx = Reshape(idx, {-1});    // [N*k], slot j of token t at t*k + j
   Value flat_w = Reshape(weights, {-1});  // [N*k] float32
   Value hit = g.node("Unique", {flat_idx}, {TensorType(DType::Int64, {Dim()})},
@@ -145,15 +118,8 @@ Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k
   Value tokens = Div(slots, Int(b, k));                  // [n]: their tokens (one slot each)
   Value xe = Gather(b.outer(x), tokens, 0);              // [n, H]
   Value we = Gather(b.outer(flat_w), slots, 0);          // [n]
-  // Bank slices 2e and 2e+1 are e's gate and up rows; reshaping the gathered copy is free.
-  Value rows = Add(Mul(e, Int(b, 2)), Ints(b, {0, 1}));
-  Value wgu = Reshape(Cast(Gather(b.outer(gate_up), rows, 0), adt), {2 * I, H});
-  // Weights on the left so no weight is ever transposed; only the n token rows are.
-  Value gu = MatMul(wgu, Transpose(xe, {1, 0}));  // [2I, n]
-  auto parts = Split(gu, {I, I}, 0);
-  Value mid = Mul(activation(act, parts[0]), parts[1]);                 // [I, n]
-  Value y = MatMul(Cast(Gather(b.outer(down), e, 0), adt), mid);        // [H, n]
-  Value yw = Transpose(Mul(Cast(y, DType::Float), Unsqueeze(we, {0})), {1, 0});  // [n, H]
+  Value y = expert(b, e, xe);                            // [n, H]
+  Value yw = Mul(Cast(y, DType::Float), Unsqueeze(we, {1}));
   Value acc_out = b.node("ScatterND", {acc, Unsqueeze(tokens, {1}), yw}, {acc.type()},
                          {Attr("reduction", "add")})[0];
   b.output(Identity(cond), b.fresh_name("cond_out"));
@@ -165,16 +131,115 @@ Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k
 }
 
 // ---------------------------------------------------------------------------------------------
+// Gated experts, stacked from per-expert tensors while the weights stream
+
+GatedExpertBank::GatedExpertBank(int64_t e, int64_t h, int64_t i, std::string a, MLPNames n)
+    : ExpertBank(e, h, i), act(std::move(a)), names(std::move(n)) {
+  if (!names.gate_up.empty())
+    throw Error("[moe] '" + names.gate_up + "': experts with a fused gate/up projection per "
+                "expert are not supported");
+  declare("gate_up_proj", {2 * e, i, h});
+  declare("down_proj", {e, h, i});
+}
+
+Value GatedExpertBank::bank(Graph& g, const std::string& local) const {
+  BuildContext& ctx = g.context();
+  Graph& main = ctx.graph();
+  const std::string name = full_name(local);
+  if (auto v = main.find_initializer(name)) return *v;
+  auto tensor = [&](int64_t e, const std::string& proj) {
+    return full_name(std::to_string(e) + "." + proj + ".weight");
+  };
+  std::vector<std::string> sources;
+  std::vector<Dim> dims;
+  if (local == "gate_up_proj") {
+    for (int64_t e = 0; e < experts; ++e) {
+      sources.push_back(tensor(e, names.gate));
+      sources.push_back(tensor(e, names.up));
+    }
+    dims = {2 * experts, intermediate, hidden};
+  } else if (local == "down_proj") {
+    for (int64_t e = 0; e < experts; ++e) sources.push_back(tensor(e, names.down));
+    dims = {experts, hidden, intermediate};
+  } else {
+    throw Error("[moe] '" + path() + "' has no bank '" + local + "'");
+  }
+  Value v = main.initializer(name, TensorType(ctx.weight_dtype(), dims));
+  ctx.plan_expert_bank(name, sources);
+  return v;
+}
+
+Value GatedExpertBank::expert(Graph& b, Value e, Value xe) const {
+  const DType adt = xe.dtype();
+  const int64_t I = intermediate, H = hidden;
+  Value gate_up = b.outer(bank(b, "gate_up_proj"));
+  Value down = b.outer(bank(b, "down_proj"));
+  // Bank slices 2e and 2e+1 are e's gate and up rows; reshaping the gathered copy is free.
+  Value rows = Add(Mul(e, Int(b, 2)), Ints(b, {0, 1}));
+  Value wgu = Reshape(Cast(Gather(gate_up, rows, 0), adt), {2 * I, H});
+  // Weights on the left so no weight is ever transposed; only the n token rows are.
+  Value gu = MatMul(wgu, Transpose(xe, {1, 0}));  // [2I, n]
+  auto parts = Split(gu, {I, I}, 0);
+  Value mid = Mul(activation(act, parts[0]), parts[1]);           // [I, n]
+  Value y = MatMul(Cast(Gather(down, e, 0), adt), mid);           // [H, n]
+  return Transpose(y, {1, 0});                                    // [n, H]
+}
+
+// ---------------------------------------------------------------------------------------------
+// gpt-oss' experts: stacked banks with biases, interleaved gate/up, clamped SwiGLU
+
+ClampedSwiGLUExpertBank::ClampedSwiGLUExpertBank(int64_t e, int64_t h, int64_t i, double lim,
+                                                 double a)
+    : ExpertBank(e, h, i), limit(lim), alpha(a) {
+  declare("gate_up_proj", {e, h, 2 * i});
+  declare("gate_up_proj_bias", {e, 2 * i});
+  declare("down_proj", {e, i, h});
+  declare("down_proj_bias", {e, h});
+}
+
+Value ClampedSwiGLUExpertBank::expert(Graph& b, Value e, Value xe) const {
+  const DType adt = xe.dtype();
+  // Each bank is one checkpoint tensor streamed into its initializer; the loop reads expert e's
+  // slice of it only.
+  auto slice = [&](const char* local) { return Cast(Gather(b.outer(param(b, local)), e, 0), adt); };
+  Value gu = Add(MatMul(xe, slice("gate_up_proj")), slice("gate_up_proj_bias"));  // [n, 2I]
+  // Gate and up interleave along the columns: even and odd.
+  Value gate = Slice(gu, {0}, {INT64_MAX}, {1}, {2});
+  Value up = Slice(gu, {1}, {INT64_MAX}, {1}, {2});
+  gate = Min(gate, ScalarLike(gate, limit));
+  up = Max(Min(up, ScalarLike(up, limit)), ScalarLike(up, -limit));
+  Value glu = Mul(gate, Sigmoid(Mul(gate, ScalarLike(gate, alpha))));
+  Value mid = Mul(Add(up, ScalarLike(up, 1.0)), glu);                                // [n, I]
+  return Add(MatMul(mid, slice("down_proj")), slice("down_proj_bias"));              // [n, H]
+}
+
+ExpertBankFactory gated_experts() {
+  return [](const MoEConfig& c, const MoENames& n) -> std::unique_ptr<ExpertBank> {
+    return std::make_unique<GatedExpertBank>(c.n_routed_experts, c.hidden,
+                                             c.moe_intermediate_size, c.hidden_act, n.expert);
+  };
+}
+
+ExpertBankFactory clamped_swiglu_experts() {
+  return [](const MoEConfig& c, const MoENames&) -> std::unique_ptr<ExpertBank> {
+    return std::make_unique<ClampedSwiGLUExpertBank>(c.n_routed_experts, c.hidden,
+                                                     c.moe_intermediate_size, c.swiglu_limit,
+                                                     c.swiglu_alpha);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
 // The MoE block
 
-SparseMoE::SparseMoE(const MoEConfig& c) : cfg(c) {
+SparseMoE::SparseMoE(const MoEConfig& c, const MoESpec& spec) : cfg(c) {
   cfg.validate();
   if (cfg.n_routed_experts <= 0) throw Error("[moe] a sparse MoE block needs routed experts");
-  gate = &add<MoERouter>("gate", cfg);
-  experts = &add<ExpertBank>("experts", cfg.n_routed_experts, cfg.hidden,
-                             cfg.moe_intermediate_size, cfg.hidden_act);
+  gate = &add<MoERouter>(spec.names.router, cfg);
+  auto bank = (spec.experts ? spec.experts : gated_experts())(cfg, spec.names);
+  experts = bank.get();
+  attach(spec.names.experts, std::move(bank));
   if (cfg.n_shared_experts > 0)
-    shared_experts = &add<GatedMLP>("shared_experts", cfg.hidden,
+    shared_experts = &add<GatedMLP>(spec.names.shared_experts, cfg.hidden,
                                     cfg.moe_intermediate_size * cfg.n_shared_experts, cfg.mlp_bias,
                                     cfg.hidden_act);
 }
@@ -189,11 +254,11 @@ Value SparseMoE::forward(Graph& g, Value x) const {
   return routed;
 }
 
-FeedForwardFactory moe_or_dense() {
-  return [](const ArchitectureConfig& c, int64_t layer,
-            const DecoderSpec& spec) -> std::unique_ptr<FeedForward> {
-    MoEConfig moe = MoEConfig::from(c);
-    if (moe.is_moe_layer(layer)) return std::make_unique<SparseMoE>(moe);
+FeedForwardFactory moe_or_dense(MoESpec moe) {
+  return [moe = std::move(moe)](const ArchitectureConfig& c, int64_t layer,
+                                const DecoderSpec& spec) -> std::unique_ptr<FeedForward> {
+    MoEConfig m = MoEConfig::from(c);
+    if (m.is_moe_layer(layer)) return std::make_unique<SparseMoE>(m, moe);
     return gated_mlp()(c, layer, spec);
   };
 }

@@ -3,8 +3,9 @@
 //
 // A mixer takes the normalized hidden states and its layer's cache and returns its output before
 // the residual add. Attention here (plain, with q/k norms, soft-capped, with a sigmoid output
-// gate, with a fused qkv_proj), Multi-head Latent Attention (mla.hpp) and Gated DeltaNet
-// (gated_deltanet.hpp) are mixers; a family with a new one derives from TokenMixer.
+// gate, with a fused qkv_proj; SinkAttention with attention sinks), Multi-head Latent Attention
+// (mla.hpp) and Gated DeltaNet (gated_deltanet.hpp) are mixers; a family with a new one derives
+// from TokenMixer.
 #pragma once
 
 #include <map>
@@ -38,16 +39,19 @@ struct AttentionCore {
 
 // The attention probabilities for q [batch, groups, rep * seq, d] (the rep query heads of one
 // key group stacked as rows) against k [batch, groups or 1, total, d]: [batch, groups, rep * seq,
-// total] in q's dtype.
+// total] in q's dtype. With `sinks` (float32 [groups * rep], one logit per query head), each
+// head's sink logit joins the softmax's denominator and takes no value (gpt-oss): the
+// probabilities of a row sum to less than 1.
 Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const AttentionCore& core,
-                      int64_t rep);
+                      int64_t rep, Value sinks = Value());
 // [batch, heads, seq, d] -> [batch, seq, heads * d].
 Value merge_heads(Value o, int64_t heads, int64_t head_dim);
 // Grouped-query attention over the cache: q [batch, heads, seq, d], k and v [batch, kv_heads,
 // total, d]; the rep = heads / kv_heads query heads of one kv head are rows of one matmul, so K
 // and V are never repeated. Returns the merged heads [batch, seq, heads * d].
 Value grouped_attention(Graph& g, SharedInputs& shared, Value q, Value k, Value v,
-                        const AttentionCore& core, int64_t heads, int64_t kv_heads);
+                        const AttentionCore& core, int64_t heads, int64_t kv_heads,
+                        Value sinks = Value());
 
 // The checkpoint names of an attention block's weights, below the mixer's path.
 struct AttentionNames {
@@ -84,6 +88,15 @@ class Attention : public TokenMixer {
   const RMSNorm* q_norm = nullptr;
   const RMSNorm* k_norm = nullptr;
 
+ protected:
+  // The per-head logits [heads] that join every softmax's denominator (attention sinks), as a
+  // graph value of `dt`; none (an invalid Value) for plain attention.
+  virtual Value head_sinks(Graph& g, DType dt) const {
+    (void)g;
+    (void)dt;
+    return Value();
+  }
+
  private:
   // True when the build uses ONNX Runtime's GroupQueryAttention and RotaryEmbedding (--ops ort)
   // instead of the attention spelled out in standard operators.
@@ -94,6 +107,19 @@ class Attention : public TokenMixer {
   // past/present key and value (one buffer when the runtime shares them).
   Value fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
                         const CacheMap& past, CacheMap& present) const;
+};
+
+// Attention with sinks (gpt-oss): Attention plus one learned logit per query head,
+// `sinks` [heads], that joins the softmax's denominator as a key nobody reads the value of,
+// so a head may attend to nothing in particular. With ONNX Runtime's operators the logits are
+// GroupQueryAttention's head_sink input.
+class SinkAttention : public Attention {
+ public:
+  SinkAttention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
+                const AttentionNames& names = {});
+
+ protected:
+  Value head_sinks(Graph& g, DType dt) const override;
 };
 
 }  // namespace mobius::nn

@@ -70,7 +70,7 @@ class ConfigReader {
 };
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3 | yarn | dynamic
+  std::string type = "default";  // default | linear | llama3 | yarn | dynamic | longrope
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0;
@@ -86,12 +86,19 @@ struct RopeConfig {
   bool truncate = true;
   // Layout: rotate_half over the two halves (false) or adjacent pairs (true).
   bool interleaved = false;
+  // longrope (Phi-3): one factor per rotated pair, dividing that pair's frequency. A forward call
+  // whose largest position id reaches original_max_position_embeddings uses long_factor, any
+  // other short_factor (transformers picks per call, not per token). `factor` is the context
+  // extension (max_position_embeddings / original_max_position_embeddings unless the config
+  // gives one); cos and sin are multiplied by attention_factor, or when that is 0 by
+  // sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) (1 for factor <= 1).
+  std::vector<double> short_factor, long_factor;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RopeConfig, type, theta, factor, low_freq_factor,
                                                 high_freq_factor, original_max_position_embeddings,
                                                 partial_rotary_factor, beta_fast, beta_slow,
                                                 mscale, mscale_all_dim, attention_factor, truncate,
-                                                interleaved)
+                                                interleaved, short_factor, long_factor)
 
 // What the SDK's decoder components read: the decoder's fields, and the typed config of each
 // family a model uses (family_config.hpp), empty when it does not. The whole normalized config
@@ -150,8 +157,16 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     final_logit_softcapping, num_nextn_predict_layers, moe, mla, linear_attn)
 
 // Reads rope settings the way transformers does: `rope_scaling` ({"type"} or {"rope_type"}),
-// or the newer `rope_parameters`, with `rope_theta` and `partial_rotary_factor`.
+// or the newer `rope_parameters`, with `rope_theta` and `partial_rotary_factor`. For longrope,
+// a top-level `original_max_position_embeddings` wins over the rope's own, as transformers
+// standardizes it (Phi-3 keeps the pretraining length there).
 RopeConfig read_rope(const ConfigReader& r, double default_theta);
+
+// Throws "[config] ... 'rope_scaling' (or 'rope_parameters') ..." when a longrope's short_factor
+// or long_factor does not hold one entry per rotated pair of `rotary_dim` dims. read_rope cannot
+// check it: the rotary width depends on head_dim, which the family's defaults decide.
+// ArchitectureConfig::validate() checks the same for a config built in code.
+void check_rope_factors(const ConfigReader& r, const RopeConfig& rope, int64_t rotary_dim);
 
 // The text part of a config: `text_config` when the top level nests one, else the top level.
 const nlohmann::json& text_config(const nlohmann::json& j);

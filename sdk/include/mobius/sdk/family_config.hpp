@@ -45,6 +45,8 @@ void from_json(const nlohmann::json& j, std::optional<T>& v) {
 //   FieldKey("n_group").null_is(1)       an explicit null means 1 (an absent key: the default)
 //   FieldKey("num_experts_per_tok").required()   the key must be present (MoE: with experts)
 //   FieldKey("topk_method").one_of({"greedy", ...})  a closed set of string values for this type
+//   FieldKey("n_routed_experts", "num_local_experts").or_key("num_experts")  a second spelling,
+//                                        read when the first is absent
 // The type of the field decides how its key is read: ConfigReader::get_int (with the key's size
 // bound), get_double, get_bool, get_string, or get_ints for a list of integers.
 struct FieldKey {
@@ -64,9 +66,17 @@ struct FieldKey {
     k.choices = std::move(values);
     return k;
   }
+  // Read from `other` when the key itself is absent: transformers' attribute_map lets a config
+  // spell a field two ways (Mixtral's, Qwen3-MoE's and gpt-oss' num_experts / num_local_experts).
+  FieldKey or_key(std::string other) const {
+    FieldKey k = *this;
+    k.alias = std::move(other);
+    return k;
+  }
 
   std::string field;
   std::string key;  // empty: the family's spelling of the field
+  std::string alias;  // empty: none
   std::optional<nlohmann::json> if_null;
   bool is_required = false;
   std::vector<std::string> choices;
@@ -92,7 +102,7 @@ struct ConfigSite {
 
 // ---------------------------------------------------------------------------------------------
 // Mixture of experts: the router and the routed and shared experts (moe.hpp's SparseMoE).
-// Rows: deepseek_v2, deepseek_v3.
+// Rows: deepseek_v2, deepseek_v3, mixtral, qwen3_moe, gpt_oss.
 struct MoEConfig {
   int64_t moe_intermediate_size = 0;  // the width of each routed (and shared) expert
   int64_t n_routed_experts = 0;       // 0: no MoE layer
@@ -104,8 +114,10 @@ struct MoEConfig {
   int64_t first_k_dense_replace = 0;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers = {};
-  // softmax: V2 (float32 softmax over the router logits); sigmoid: V3 (sigmoid scores, plus
-  // e_score_correction_bias for the choice of experts only). config.json: scoring_func.
+  // softmax: float32 softmax over all router logits, then the top k (DeepSeek V2, Mixtral,
+  // Qwen-MoE); sigmoid: V3 (sigmoid scores, plus e_score_correction_bias for the choice of
+  // experts only); topk_softmax: the top k logits, then a softmax over those k (gpt-oss).
+  // config.json: scoring_func.
   std::string scoring = "softmax";
   // greedy: top-k over all experts; group_limited_greedy: only in the topk_group groups of the
   // highest max score; noaux_tc: only in the topk_group groups of the highest sum of their two
@@ -115,6 +127,11 @@ struct MoEConfig {
   int64_t topk_group = 1;
   bool norm_topk_prob = false;  // weights / (sum + 1e-20) before the scaling
   double routed_scaling_factor = 1.0;
+  bool router_bias = false;  // the router is a linear layer with a bias (gpt-oss)
+  // The clamped SwiGLU of gpt-oss' experts (moe.hpp's ClampedSwiGLUExpertBank): gate clamped
+  // above and up on both sides at swiglu_limit, gate * sigmoid(swiglu_alpha * gate) * (up + 1).
+  double swiglu_limit = 7.0;
+  double swiglu_alpha = 1.702;
 
   bool is_moe_layer(int64_t layer) const {
     return n_routed_experts > 0 && layer >= first_k_dense_replace && decoder_sparse_step > 0 &&
@@ -134,7 +151,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MoEConfig, moe_intermediate_size
                                                 n_shared_experts, num_experts_per_tok,
                                                 first_k_dense_replace, decoder_sparse_step,
                                                 mlp_only_layers, scoring, topk_method, n_group,
-                                                topk_group, norm_topk_prob, routed_scaling_factor)
+                                                topk_group, norm_topk_prob, routed_scaling_factor,
+                                                router_bias, swiglu_limit, swiglu_alpha)
 
 // ---------------------------------------------------------------------------------------------
 // Multi-head latent attention (mla.hpp's MultiHeadLatentAttention). Rows: deepseek_v2,

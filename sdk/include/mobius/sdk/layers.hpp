@@ -50,7 +50,7 @@ class SharedInputs {
   // attention scaling applied, built once per graph, rope and layout (the one rope-table builder
   // of the SDK). full_width: the angles repeated for rotate_half's two halves (one per pair when
   // the rope is interleaved), in the activation dtype, for apply_rope; otherwise one angle per
-  // rotated pair in float32.
+  // rotated pair in float32. A longrope's frequencies are those of the run (long_context).
   std::pair<Value, Value> rope_tables(const RopeConfig& rope, int64_t rotary_dim, bool full_width);
   // rope_tables over a head of head_dim: its first head_dim * partial_rotary_factor dims (even).
   std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
@@ -66,8 +66,18 @@ class SharedInputs {
   Value gqa_bias();
   // Rotary caches for RotaryEmbedding / GroupQueryAttention: cos and sin [max_positions,
   // rotary_dim / 2] in the activation dtype, attention scaling applied, as initializers computed
-  // while the weights are written (float32 angles, as transformers computes them).
+  // while the weights are written (float32 angles, as transformers computes them). A longrope
+  // has both tables in one: the short factors' rows for positions below
+  // original_max_position_embeddings (at most max_positions of them), then the long factors'
+  // max_positions rows; index them with rope_positions(rope), never position_ids.
   std::pair<Value, Value> rope_caches(const RopeConfig& rope, int64_t rotary_dim);
+  // The rows of rope_caches(rope, ..) this run reads: position_ids, or for a longrope in a long
+  // run (long_context) position_ids moved past the short rows. The run picks its table through
+  // these few indices, so no table is copied or selected per step.
+  Value rope_positions(const RopeConfig& rope);
+  // Boolean scalar: true when this run's largest position id + 1 exceeds the rope's
+  // original_max_position_embeddings, the run in which a longrope uses its long factors.
+  Value long_context(const RopeConfig& rope);
   // Rows of the rotary caches: the model's max_position_embeddings.
   int64_t max_positions = 0;
   // A cache of arbitrary shared values, keyed by the caller.
@@ -80,7 +90,9 @@ class SharedInputs {
 };
 
 // Softmax scaling factor and inverse frequencies for a rope config (as transformers computes).
-std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t rotary_dim, double* attention_scaling);
+// long_factors: a longrope's frequencies for a long run (long_factor), else its short ones.
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t rotary_dim, double* attention_scaling,
+                                 bool long_factors = false);
 
 // True when the build may use ONNX Runtime's contrib operators (--ops ort, the default);
 // false for standard ONNX only (--ops standard).

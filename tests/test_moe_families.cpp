@@ -1,0 +1,291 @@
+// test_moe_families.cpp - the mixtral, qwen3_moe and gpt_oss plugins beyond parity: the published
+// configs build graph-only in seconds and pass ONNX's checker with the parameter counts of the
+// real models, the graphs have the shape the design promises (one expert Loop per sparse layer,
+// expert banks, attention sinks as GroupQueryAttention's head_sink), and configs that cannot
+// work are refused before anything is written, naming their key.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <map>
+
+#include "golden_util.hpp"
+
+using namespace mobius;
+using namespace mobius::test;
+
+namespace {
+
+// The public config.json files, as the hub repositories hold them (quantization_config left
+// out: a graph-only build never reads weights).
+const char* kMixtral8x7B = R"({
+  "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+  "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.36.0.dev0", "use_cache": true, "vocab_size": 32000})";
+
+const char* kQwen3_30B_A3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+  "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+  "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+  "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+// gpt-oss-20b and gpt-oss-120b differ in their layer and expert counts only.
+std::string gpt_oss_config(int layers, int experts) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < layers; ++i) types.push_back(i % 2 ? "full_attention" : "sliding_attention");
+  nlohmann::json c = nlohmann::json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+    "intermediate_size": 2880, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_key_value_heads": 8,
+    "output_router_logits": false, "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                     "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                     "truncate": false},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+    "swiglu_limit": 7.0, "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0",
+    "use_cache": true, "vocab_size": 201088})");
+  c["num_hidden_layers"] = layers;
+  c["num_local_experts"] = experts;
+  c["layer_types"] = types;
+  return c.dump();
+}
+
+struct Published {
+  std::string name;
+  std::string config;
+  int layers;
+  int moe_layers;
+  uint64_t parameters;
+};
+
+uint64_t mixtral_parameters() {
+  const uint64_t V = 32000, H = 4096, I = 14336, E = 8, L = 32, q = 32 * 128, kv = 8 * 128;
+  const uint64_t attn = H * q + 2 * H * kv + q * H;
+  const uint64_t moe = E * H + E * 3 * I * H;
+  return 2 * V * H + H + L * (attn + moe + 2 * H);  // 46.7B
+}
+
+uint64_t qwen3_30b_parameters() {
+  const uint64_t V = 151936, H = 2048, I = 768, E = 128, L = 48, q = 32 * 128, kv = 4 * 128;
+  const uint64_t attn = H * q + 2 * H * kv + q * H + 2 * 128;  // + q/k norms per head
+  const uint64_t moe = E * H + E * 3 * I * H;
+  return 2 * V * H + H + L * (attn + moe + 2 * H);  // 30.5B
+}
+
+uint64_t gpt_oss_parameters(uint64_t L, uint64_t E) {
+  const uint64_t V = 201088, H = 2880, I = 2880, q = 64 * 64, kv = 8 * 64;
+  const uint64_t attn = (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + 64;  // biases, sinks
+  const uint64_t moe = (E * H + E) + E * (H * 2 * I + 2 * I) + E * (I * H + H);
+  return 2 * V * H + H + L * (attn + moe + 2 * H);  // 20.9B, 116.8B
+}
+
+std::vector<int64_t> dims_of(const onnx::TensorProto& t) { return {t.dims().begin(), t.dims().end()}; }
+
+}  // namespace
+
+TEST_CASE("moe families: the published configs build graph-only in seconds, checker-clean") {
+  const std::vector<Published> models = {
+      {"Mixtral-8x7B-v0.1", kMixtral8x7B, 32, 32, mixtral_parameters()},
+      {"Qwen3-30B-A3B", kQwen3_30B_A3B, 48, 48, qwen3_30b_parameters()},
+      {"gpt-oss-20b", gpt_oss_config(24, 32), 24, 24, gpt_oss_parameters(24, 32)},
+      {"gpt-oss-120b", gpt_oss_config(36, 128), 36, 36, gpt_oss_parameters(36, 128)},
+  };
+  for (const auto& pm : models) {
+    CAPTURE(pm.name);
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    write_text(t / "ckpt" / "config.json", pm.config);
+    auto start = std::chrono::steady_clock::now();
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.output);
+    REQUIRE(r.status == 0);  // the save ran onnx's checker on the model
+    MESSAGE(pm.name << " graph-only build: " << secs << " s");
+    CHECK(secs < 60);
+
+    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    std::map<std::string, int> ops;
+    for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+    CHECK(ops["Loop"] == pm.moe_layers);  // one expert loop per sparse layer
+    CHECK(ops["GroupQueryAttention"] == pm.layers);
+    uint64_t params = 0;
+    for (const auto& i : m.graph().initializer()) {
+      // Per-expert tensors live in banks only.
+      CHECK(i.name().find(".experts.0.") == std::string::npos);
+      if (i.name().rfind("rope", 0) == 0) continue;  // rotary caches, computed, not weights
+      uint64_t n = 1;
+      for (int64_t d : i.dims()) n *= static_cast<uint64_t>(d);
+      params += n;
+    }
+    CHECK(params == pm.parameters);
+    MESSAGE("parameters in the graph: " << params);
+  }
+}
+
+TEST_CASE("moe families: expert banks and attention sinks in the published graphs") {
+  SUBCASE("mixtral: block_sparse_moe experts stacked from w1/w3/w2") {
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    write_text(t / "ckpt" / "config.json", kMixtral8x7B);
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    std::map<std::string, std::vector<int64_t>> inits;
+    for (const auto& i : m.graph().initializer()) inits[i.name()] = dims_of(i);
+    CHECK(inits["model.layers.0.block_sparse_moe.experts.gate_up_proj"] ==
+          std::vector<int64_t>{16, 14336, 4096});
+    CHECK(inits["model.layers.31.block_sparse_moe.experts.down_proj"] ==
+          std::vector<int64_t>{8, 4096, 14336});
+    CHECK(inits["model.layers.0.block_sparse_moe.gate.weight"] == std::vector<int64_t>{4096, 8});
+  }
+  SUBCASE("gpt-oss: sinks feed head_sink, sliding layers get a window, banks are stacked") {
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    write_text(t / "ckpt" / "config.json", gpt_oss_config(24, 32));
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    std::map<std::string, std::vector<int64_t>> inits;
+    for (const auto& i : m.graph().initializer()) inits[i.name()] = dims_of(i);
+    CHECK(inits["model.layers.0.mlp.experts.gate_up_proj"] == std::vector<int64_t>{32, 2880, 5760});
+    CHECK(inits["model.layers.0.mlp.experts.gate_up_proj_bias"] == std::vector<int64_t>{32, 5760});
+    CHECK(inits["model.layers.23.mlp.experts.down_proj"] == std::vector<int64_t>{32, 2880, 2880});
+    CHECK(inits["model.layers.0.mlp.router.bias"] == std::vector<int64_t>{32});
+    CHECK(inits["model.layers.5.self_attn.sinks"] == std::vector<int64_t>{64});
+    int layer = 0;
+    for (const auto& n : m.graph().node()) {
+      if (n.op_type() != "GroupQueryAttention") continue;
+      CAPTURE(layer);
+      REQUIRE(n.input_size() == 12);
+      CHECK(n.input(11) == "model.layers." + std::to_string(layer) + ".self_attn.sinks");
+      int64_t window = -1;
+      for (const auto& a : n.attribute())
+        if (a.name() == "local_window_size") window = a.i();
+      CHECK(window == (layer % 2 == 0 ? 128 : -1));
+      ++layer;
+    }
+    CHECK(layer == 24);
+  }
+  SUBCASE("gpt-oss with standard operators: the sinks join the softmax, no contrib op") {
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    write_text(t / "ckpt" / "config.json", gpt_oss_config(2, 4));
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --ops standard --no-weights");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    bool reads_sinks = false;
+    for (const auto& n : m.graph().node()) {
+      CHECK(n.domain().empty());
+      for (const auto& in : n.input()) reads_sinks |= in == "model.layers.1.self_attn.sinks";
+    }
+    CHECK(reads_sinks);
+  }
+}
+
+TEST_CASE("moe families: the tiny Qwen3-MoE graph keeps mlp_only_layers dense") {
+  TempDir t;
+  RunResult r = build_cli(golden("qwen3-moe-tiny"), t / "out", "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+  std::map<std::string, int> ops;
+  for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+  CHECK(ops["Loop"] == 2);  // layers 0 and 2
+  std::map<std::string, std::vector<int64_t>> inits;
+  for (const auto& i : m.graph().initializer()) inits[i.name()] = dims_of(i);
+  CHECK(inits.count("model.layers.1.mlp.experts.gate_up_proj") == 0);
+  CHECK(inits["model.layers.0.mlp.experts.gate_up_proj"] == std::vector<int64_t>{16, 32, 64});
+  CHECK(inits["model.layers.2.mlp.experts.down_proj"] == std::vector<int64_t>{8, 64, 32});
+}
+
+TEST_CASE("moe families: num_local_experts spells qwen3_moe's num_experts as well") {
+  // transformers' attribute_map makes the two keys one field; newer saves write the second.
+  TempDir t;
+  copy_case("qwen3-moe-tiny", t / "ckpt", [](auto& c) {
+    c["num_local_experts"] = c["num_experts"];
+    c.erase("num_experts");
+  });
+  RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  RunResult p = parity(t / "out", "qwen3-moe-tiny");
+  INFO(p.output);
+  CHECK(p.status == 0);
+  CHECK(p.output.find("parity: 3 passed, 0 failed") != std::string::npos);
+}
+
+TEST_CASE("moe families: configs and checkpoints that do not fit fail before anything is written") {
+  // Published configs, edited: refused while parsing, so no weights are needed.
+  struct Refused {
+    std::string what;
+    std::string config;
+    std::function<void(nlohmann::json&)> edit;
+    const char* reason;
+  };
+  const std::vector<Refused> refused = {
+      {"more experts per token than experts", kMixtral8x7B,
+       [](auto& c) { c["num_experts_per_tok"] = 9; },
+       "config.json: 'num_experts_per_tok' (9) must be between 1 and "
+       "'num_local_experts' (8)"},
+      {"no experts per token", kQwen3_30B_A3B, [](auto& c) { c["num_experts_per_tok"] = 0; },
+       "config.json: 'num_experts_per_tok' (0) must be between 1 and 'num_experts' (128)"},
+      {"sparse step 0", kQwen3_30B_A3B, [](auto& c) { c["decoder_sparse_step"] = 0; },
+       "config.json: 'decoder_sparse_step' must be positive, got 0"},
+      {"mlp_only_layers not indices", kQwen3_30B_A3B,
+       [](auto& c) { c["mlp_only_layers"] = {1, "two"}; },
+       "config.json: 'mlp_only_layers' must be an integer, got 'two'"},
+      {"unknown layer type", gpt_oss_config(24, 32),
+       [](auto& c) { c["layer_types"][3] = "chunked_attention"; },
+       "config.json: 'layer_types' has unknown layer type 'chunked_attention' (known: "
+       "sliding_attention, full_attention)"},
+      {"layer types of another depth", gpt_oss_config(24, 32),
+       [](auto& c) { c["num_hidden_layers"] = 23; },
+       "config.json: 'layer_types' has 24 entries for 23 layers ('num_hidden_layers')"},
+      {"non-positive swiglu limit", gpt_oss_config(24, 32), [](auto& c) { c["swiglu_limit"] = 0; },
+       "config.json: 'swiglu_limit' must be a positive number"},
+      {"top-k above the experts", gpt_oss_config(24, 32),
+       [](auto& c) { c["num_experts_per_tok"] = 33; },
+       "config.json: 'num_experts_per_tok' (33) must be between 1 and "
+       "'num_local_experts' (32)"},
+  };
+  for (const auto& c : refused) {
+    CAPTURE(c.what);
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    nlohmann::json cfg = nlohmann::json::parse(c.config);
+    c.edit(cfg);
+    write_text(t / "ckpt" / "config.json", cfg.dump());
+    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("error: [config] ") != std::string::npos);  // the user's to fix
+    CHECK(r.output.find(c.reason) != std::string::npos);
+    CHECK_FALSE(fs::exists(t / "out"));
+  }
+
+  // Checkpoints that do not hold what the config says: the weight plan names the tensor.
+  expect_rejected("mixtral-tiny", {},
+                  [](StTensor& w) { return w.name != "model.layers.1.block_sparse_moe.experts.5.w3.weight"; },
+                  "checkpoint has no tensor 'model.layers.1.block_sparse_moe.experts.5.w3.weight'");
+  expect_rejected("gpt-oss-tiny", {},
+                  [](StTensor& w) { return w.name != "model.layers.0.self_attn.sinks"; },
+                  "checkpoint has no tensor 'model.layers.0.self_attn.sinks'");
+  expect_rejected("gpt-oss-tiny", [](auto& c) { c["num_local_experts"] = 4; }, {},
+                  "'model.layers.0.mlp.experts.gate_up_proj'");
+}
