@@ -5,16 +5,43 @@
 # usage: bench/run.sh [SIZE_MIB ...]        default: 1024 4096
 #   BENCH_DIR  work folder (default build/bench-work; needs ~3.5x the largest size free)
 #   REPS       repetitions per measurement, the best is kept (default 2)
+#   MOBIUS     the mobius binary to measure (default build/mobius)
+#   LAYOUT     folder: a plain checkpoint folder, whose files mobius hashes for the provenance
+#              (default); hub: the same files as a Hugging Face cache snapshot, links to blobs
+#              named by their sha256, which the provenance takes instead of hashing the weights
 # Prints a markdown table. cp does not fsync; mobius fsyncs its output before the rename, so the
 # table shows cp alone and cp followed by an fsync of the copies (`sync -f`), the fair reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x build/mobius ] && [ -x build/bench/make_checkpoint ] || { echo "run scripts/setup.sh first" >&2; exit 2; }
+mobius=${MOBIUS:-build/mobius}
+[ -x "$mobius" ] && [ -x build/bench/make_checkpoint ] || { echo "run scripts/setup.sh first" >&2; exit 2; }
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(1024 4096)
 work=${BENCH_DIR:-build/bench-work}
 reps=${REPS:-2}
+layout=${LAYOUT:-folder}
 mkdir -p "$work"
+
+# hub_snapshot CKPT: the checkpoint as a cache snapshot beside it (blobs hard-linked when the
+# filesystem allows); prints the snapshot folder.
+hub_snapshot() {
+  local repo="$1-hub/models--bench--ckpt" snap
+  snap="$repo/snapshots/0000000000000000000000000000000000000000"
+  if [ ! -d "$snap" ]; then
+    mkdir -p "$repo/blobs" "$snap.tmp"
+    for f in "$1"/*; do
+      if [[ $f == *.safetensors ]]; then
+        local sha; sha=$(sha256sum "$f" | cut -d' ' -f1)
+        ln -f "$f" "$repo/blobs/$sha" 2>/dev/null || cp "$f" "$repo/blobs/$sha"
+        ln -s "../../blobs/$sha" "$snap.tmp/$(basename "$f")"
+      else
+        cp "$f" "$snap.tmp/"
+      fi
+    done
+    mv "$snap.tmp" "$snap"
+  fi
+  echo "$snap"
+}
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
@@ -26,9 +53,10 @@ for size in "${sizes[@]}"; do
   for src in f32 bf16; do
     ckpt="$work/ckpt-$size-$src"
     if [ ! -f "$ckpt/config.json" ]; then
-      rm -rf "$ckpt"
+      rm -rf "$ckpt" "$ckpt-hub"
       build/bench/make_checkpoint "$ckpt" "$size" "$src" >&2
     fi
+    if [ "$layout" = hub ]; then ckpt=$(hub_snapshot "$ckpt"); fi
     files=("$ckpt"/*.safetensors)
     [ "$src" = bf16 ] && largest=$((32000 * 2048 * 2)) || largest=$((32000 * 2048 * 4))
     cat "${files[@]}" > /dev/null  # both sides read from the page cache
@@ -44,7 +72,7 @@ for size in "${sizes[@]}"; do
       m_best=""; rss=0
       for _ in $(seq "$reps"); do
         rm -rf "$work/out"; sync
-        /usr/bin/time -f "%e %M" -o "$work/time.txt" build/mobius build -q --dtype "$dt" --model "$ckpt" "$work/out"
+        /usr/bin/time -f "%e %M" -o "$work/time.txt" "$mobius" build -q --dtype "$dt" --model "$ckpt" "$work/out"
         read -r el kb < "$work/time.txt"
         m_best=$(best "$m_best" "$el")
         rss=$(( kb > rss ? kb : rss ))

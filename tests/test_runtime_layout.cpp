@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <map>
+
 #include "golden_util.hpp"
 #include "layout.hpp"
 #include "sha256.hpp"
@@ -231,12 +233,46 @@ TEST_CASE("layout: the provenance hashes every checkpoint file the build read or
     const std::string n = f["name"];
     names.insert(n);
     CHECK(f["sha256"] == sha256_of(golden("qwen35-tiny-sharded") / n));
+    CHECK(f["sha256_source"] == "computed");  // a local folder's files are hashed
     CHECK(f["size"] == fs::file_size(golden("qwen35-tiny-sharded") / n));
   }
   CHECK(names == std::set<std::string>{"config.json", "model-00001-of-00002.safetensors",
                                        "model-00002-of-00002.safetensors",
                                        "model.safetensors.index.json"});
   CHECK_FALSE(prov.contains("source"));  // a local folder
+}
+
+TEST_CASE("layout: a cache snapshot's LFS files take their sha256 from their blob's name") {
+  // A huggingface_hub cache: the shards are links to blobs named by their sha256 (LFS files,
+  // checked against that name when downloaded), config.json a link to a blob named by its git
+  // hash (not a sha256), the index a regular file. Only the shards' digests come from the cache.
+  TempDir t;
+  const fs::path src = golden("qwen35-tiny-sharded");
+  const fs::path repo = t / "hub" / "models--org--tiny";
+  const fs::path snapshot = repo / "snapshots" / std::string(40, 'c');
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snapshot);
+  std::map<std::string, std::string> blob;
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+    blob[shard] = sha256_of(src / shard);
+  blob["config.json"] = "a9993e364706816aba3e25717850c26c9cd0d89d";
+  for (const auto& [name, b] : blob) {
+    fs::copy_file(src / name, repo / "blobs" / b);
+    fs::create_symlink("../../blobs/" + b, snapshot / name);
+  }
+  fs::copy_file(src / "model.safetensors.index.json", snapshot / "model.safetensors.index.json");
+  RunResult r = build_cli(snapshot, t / "out", "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  nlohmann::json prov = read_json(t / "out" / "mobius_provenance.json");
+  REQUIRE(prov["files"].size() == 4);
+  for (const auto& f : prov["files"]) {
+    const std::string n = f["name"];
+    CAPTURE(n);
+    CHECK(f["sha256"] == sha256_of(src / n));
+    CHECK(f["size"] == fs::file_size(src / n));
+    CHECK(f["sha256_source"] == (n.rfind("model-", 0) == 0 ? "hub-blob" : "computed"));
+  }
 }
 
 TEST_CASE("layout: external data chunks") {

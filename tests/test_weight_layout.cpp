@@ -194,6 +194,61 @@ void check_all_ways(const StreamingWeightPlan& plan, const PlannedInitializer& i
     }
 }
 
+// The initializers of a group as write_group() streams them into one file, each after 64 bytes
+// of the one before; checks that progress counts every byte.
+std::vector<std::vector<uint8_t>> written_group(const StreamingWeightPlan& plan,
+                                                const std::vector<size_t>& group,
+                                                const CheckpointReader& reader) {
+  TempDir t;
+  const fs::path p = t / "model.onnx.data";
+  const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(fd >= 0);
+  const auto& inits = plan.initializers();
+  std::vector<mobius::WeightOutput> out(inits.size(), mobius::WeightOutput{fd, nullptr});
+  std::vector<uint64_t> offset(inits.size(), 0);
+  uint64_t at = 64, total = 0;
+  for (size_t i : group) {
+    offset[i] = at;
+    at += inits[i].nbytes() + 64;
+    total += inits[i].nbytes();
+  }
+  std::atomic<uint64_t> progress{0};
+  plan.write_group(group, &reader, out, offset, [] { return false; }, &progress);
+  CHECK(progress == total);
+  std::vector<std::vector<uint8_t>> parts;
+  for (size_t i : group) {
+    parts.emplace_back(inits[i].nbytes());
+    CHECK(::pread(fd, parts.back().data(), parts.back().size(), static_cast<off_t>(offset[i])) ==
+          static_cast<ssize_t>(parts.back().size()));
+  }
+  ::close(fd);
+  return parts;
+}
+
+// The quantization whose parts are the initializers named `part0`, `part1`... is one group of
+// write_groups(), and writing it gives each part's `expect` with every tile size and kernel.
+void check_group_ways(const StreamingWeightPlan& plan, const CheckpointReader& reader,
+                      const std::vector<const std::vector<uint8_t>*>& expect) {
+  std::vector<size_t> group;
+  for (const auto& g : plan.write_groups())
+    if (plan.initializers()[g.front()].name == "part0") group = g;
+  REQUIRE(group.size() == expect.size());
+  std::vector<std::vector<uint8_t>> want;
+  for (size_t i : group) {
+    const std::string& name = plan.initializers()[i].name;
+    want.push_back(*expect[static_cast<size_t>(std::stoi(name.substr(4)))]);
+  }
+  const NoExtentReader gathered(reader);
+  for (size_t tile : {size_t{0}, size_t{8}})
+    for (bool simd : {true, false}) {
+      CAPTURE(tile);
+      CAPTURE(simd);
+      LayoutSettings settings(tile, simd);
+      CHECK(written_group(plan, group, reader) == want);
+      CHECK(written_group(plan, group, gathered) == want);
+    }
+}
+
 std::vector<uint8_t> encode(int32_t dtype, float v) {
   std::vector<uint8_t> b(mobius::dtype_size(dtype));
   if (dtype == MOBIUS_DTYPE_FLOAT) {
@@ -315,16 +370,49 @@ TEST_CASE("layout: transposed, from float32, float16 and bfloat16 tensors into e
   }
 }
 
+// W^T of the [n, k] matrix `w` as float32 bytes (transpose_reference, fast enough for large w).
+std::vector<uint8_t> transpose_f32(const std::vector<float>& w, int64_t n, int64_t k) {
+  std::vector<float> t(w.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) t[static_cast<size_t>(j * n + i)] = w[static_cast<size_t>(i * k + j)];
+  const auto* b = reinterpret_cast<const uint8_t*>(t.data());
+  return std::vector<uint8_t>(b, b + t.size() * 4);
+}
+
 TEST_CASE("layout: a transposed weight larger than one tile streams with the default tiles") {
-  // 3000 x 2100: two bands of rows, each read as two blocks of columns (2048 and 52).
-  const std::vector<Source> w = {source("w", "BF16", 3000, 2100, 4)};
-  Checkpoint ckpt(w);
+  // Output larger than a tile (32 MiB). 3000 x 3000: tiles of whole output rows (2792 and 208),
+  // each source row read as a slice of those columns and each tile written in one go. 40000 x
+  // 300: too many source rows for whole output rows, so bands of 27960 and 12040 whole source
+  // rows, each output row written in two segments.
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3000, 3000}, {40000, 300}}) {
+    CAPTURE(n);
+    const std::vector<Source> w = {source("w", "BF16", n, k, 4)};
+    Checkpoint ckpt(w);
+    StreamingWeightPlan plan;
+    plan.declare("w_t", MOBIUS_DTYPE_FLOAT, {k, n});
+    plan.set_source("w_t", StreamingLayoutSource{{"w"}, transposed()});
+    const auto expect = transpose_f32(matrix(w), n, k);
+    CHECK(written(plan, planned(plan, "w_t"), *ckpt.reader) == expect);
+    CHECK(written(plan, planned(plan, "w_t"), NoExtentReader(*ckpt.reader)) == expect);
+  }
+}
+
+TEST_CASE("layout: transposed in tiles of whole output rows, across the concatenated tensors") {
+  // 5 + 7 rows of 50 columns: with tiles of 16 rows and columns every tile holds all 12 rows
+  // (whole output rows, one write each) and 16 columns (the last 2), read from both tensors.
+  const std::vector<Source> qk = {source("q", "F16", 5, 50, 8), source("k", "F32", 7, 50, 9)};
+  Checkpoint ckpt(qk);
   StreamingWeightPlan plan;
-  plan.declare("w_t", MOBIUS_DTYPE_FLOAT16, {2100, 3000});
-  plan.set_source("w_t", StreamingLayoutSource{{"w"}, transposed()});
-  const auto expect = transpose_reference(matrix(w), 3000, 2100, MOBIUS_DTYPE_FLOAT16);
-  CHECK(written(plan, planned(plan, "w_t"), *ckpt.reader) == expect);
-  CHECK(written(plan, planned(plan, "w_t"), NoExtentReader(*ckpt.reader)) == expect);
+  plan.declare("w", MOBIUS_DTYPE_BFLOAT16, {50, 12});
+  plan.set_source("w", StreamingLayoutSource{names(qk), transposed()});
+  plan.preflight(*ckpt.reader, "test");
+  const auto expect = transpose_reference(matrix(qk), 12, 50, MOBIUS_DTYPE_BFLOAT16);
+  for (bool simd : {true, false}) {
+    CAPTURE(simd);
+    LayoutSettings settings(16, simd);
+    CHECK(written(plan, planned(plan, "w"), *ckpt.reader) == expect);
+    CHECK(written(plan, planned(plan, "w"), NoExtentReader(*ckpt.reader)) == expect);
+  }
 }
 
 TEST_CASE("layout: a block quantization by hand") {
@@ -431,8 +519,46 @@ TEST_CASE("layout: block quantization equals ONNX Runtime's quantizer byte for b
                 check_all_ways(plan, planned(plan, "part" + std::to_string(part)), *ckpt.reader,
                                *expect[part]);
               }
+              // All parts in one pass over the tensors.
+              check_group_ways(plan, *ckpt.reader,
+                               std::vector<const std::vector<uint8_t>*>(expect, expect + parts));
             }
     }
+  }
+}
+
+TEST_CASE("layout: the parts of one quantization are written together, whatever their order") {
+  const std::vector<Source> w = {source("a", "F32", 9, 64, 10), source("b", "BF16", 4, 64, 11)};
+  Checkpoint ckpt(w);
+  StreamingWeightPlan plan;
+  const mobius::BlockQuant q{4, 32, false};
+  auto add = [&](const std::string& name, const std::vector<std::string>& tensors, int part,
+                 int32_t dtype) {
+    const int64_t n = tensors.size() == 2 ? 13 : 9;
+    plan.declare(name, dtype, mobius::quant_part_shape(q, part, n, 64));
+    plan.set_source(name, StreamingLayoutSource{tensors, quantized(4, 32, false, part)});
+  };
+  // Scales first, a transposed weight between the parts, another quantization interleaved, and a
+  // second copy of a part (its own group: a group holds each part once).
+  add("s_ab", {"a", "b"}, MOBIUS_QUANT_PART_SCALES, MOBIUS_DTYPE_FLOAT16);
+  add("q_a", {"a"}, MOBIUS_QUANT_PART_DATA, MOBIUS_DTYPE_UINT8);
+  plan.declare("t", MOBIUS_DTYPE_FLOAT, {64, 9});
+  plan.set_source("t", StreamingLayoutSource{{"a"}, transposed()});
+  add("q_ab", {"a", "b"}, MOBIUS_QUANT_PART_DATA, MOBIUS_DTYPE_UINT8);
+  add("z_ab", {"a", "b"}, MOBIUS_QUANT_PART_ZERO_POINTS, MOBIUS_DTYPE_UINT8);
+  add("q_ab2", {"a", "b"}, MOBIUS_QUANT_PART_DATA, MOBIUS_DTYPE_UINT8);
+  plan.preflight(*ckpt.reader, "test");
+  const std::vector<std::vector<size_t>> groups = plan.write_groups();
+  CHECK(groups == std::vector<std::vector<size_t>>{{0, 3, 4}, {1}, {2}, {5}});
+  for (const auto& g : groups) {
+    CAPTURE(plan.initializers()[g.front()].name);
+    std::vector<std::vector<uint8_t>> expect;
+    for (size_t i : g) expect.push_back(materialized(plan, plan.initializers()[i], *ckpt.reader));
+    for (bool simd : {true, false}) {
+      LayoutSettings settings(8, simd);
+      CHECK(written_group(plan, g, *ckpt.reader) == expect);
+    }
+    CHECK(written_group(plan, g, *ckpt.reader) == expect);
   }
 }
 

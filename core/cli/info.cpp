@@ -591,6 +591,10 @@ Provenance read_provenance(int dirfd, Problems& problems) {
           json k = {{"name", e["name"]}};
           if (e.contains("size")) k["size"] = e["size"];
           if (e.contains("sha256")) k["sha256"] = e["sha256"];
+          // How the digest was had: "computed" from the file's bytes, or "hub-blob", the name of
+          // the hub cache's blob holding the file. Provenances without it computed it.
+          if (e.contains("sha256_source") && e["sha256_source"].is_string())
+            k["sha256_source"] = e["sha256_source"];
           kept.push_back(std::move(k));
         } else {
           ++bad;
@@ -890,7 +894,10 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l, co
         }
         os << "    " << pad(printable(e["name"].get<std::string>()), w);
         if (e.contains("size")) os << "  " << pad(human(e["size"].get<uint64_t>()), 10);
-        if (e.contains("sha256")) os << "  sha256 " << printable(e["sha256"].get<std::string>(), 64);
+        if (e.contains("sha256")) {
+          os << "  sha256 " << printable(e["sha256"].get<std::string>(), 64);
+          if (e.value("sha256_source", "") == "hub-blob") os << " (hub blob name)";
+        }
         os << "\n";
       }
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <variant>
@@ -50,6 +51,16 @@ struct PlannedInitializer {
   uint64_t nbytes() const;
 };
 
+// The file write() puts an initializer's bytes in, which threads writing other initializers
+// may share. A filesystem runs buffered writes to one file one at a time anyway (ext4 holds the
+// file's lock for each), and a thread waiting for that lock in the kernel spins on its CPU; so
+// with `lock`, the writers take turns here instead, and a thread that waits sleeps, leaving the
+// CPU to threads with work to do.
+struct WeightOutput {
+  int fd = -1;
+  std::mutex* lock = nullptr;
+};
+
 class StreamingWeightPlan {
  public:
   StreamingWeightPlan() = default;
@@ -80,9 +91,27 @@ class StreamingWeightPlan {
   // runs chunk by chunk, a layout tile by tile (transposed) or band by band (quantized), so
   // memory stays bounded whatever the tensor's size. Polls `cancelled` between chunks (throws
   // "[save] interrupted") and adds written bytes to `progress`.
-  void write(const PlannedInitializer& init, const CheckpointReader* ckpt, int out_fd,
+  void write(const PlannedInitializer& init, const CheckpointReader* ckpt, const WeightOutput& out,
              uint64_t offset, const std::function<bool()>& cancelled,
              std::atomic<uint64_t>* progress) const;
+  void write(const PlannedInitializer& init, const CheckpointReader* ckpt, int out_fd,
+             uint64_t offset, const std::function<bool()>& cancelled,
+             std::atomic<uint64_t>* progress) const {
+    write(init, ckpt, WeightOutput{out_fd, nullptr}, offset, cancelled, progress);
+  }
+
+  // The initializers write_group() makes in one pass over their tensors: the parts of one block
+  // quantization (its data, scales and zero points read the same tensors and share each block's
+  // range), and every other initializer alone. Indices into initializers(), each in one group.
+  std::vector<std::vector<size_t>> write_groups() const;
+  // What writing a group costs, roughly: the bytes it reads from the checkpoint plus the bytes it
+  // writes. For scheduling the longest first.
+  uint64_t write_cost(const std::vector<size_t>& group, const CheckpointReader* ckpt) const;
+  // Writes the initializers of a group of write_groups() as write() writes each: initializer i
+  // into out[i] at offset[i].
+  void write_group(const std::vector<size_t>& group, const CheckpointReader* ckpt,
+                   const std::vector<WeightOutput>& out, const std::vector<uint64_t>& offset,
+                   const std::function<bool()>& cancelled, std::atomic<uint64_t>* progress) const;
 
   // Fills `dst` (init.nbytes() bytes, the initializer's dtype) from its source. `ckpt` may be
   // null when no source reads the checkpoint (generated weights).
