@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <ctime>
+#include <fstream>
 #include <map>
 
 #include "golden_util.hpp"
@@ -272,6 +274,39 @@ TEST_CASE("layout: a cache snapshot's LFS files take their sha256 from their blo
     CHECK(f["sha256"] == sha256_of(src / n));
     CHECK(f["size"] == fs::file_size(src / n));
     CHECK(f["sha256_source"] == (n.rfind("model-", 0) == 0 ? "hub-blob" : "computed"));
+  }
+}
+
+TEST_CASE("layout: a local-dir download's metadata gives the sha256 of its LFS files") {
+  // huggingface_hub's download to a local directory writes .cache/huggingface/download/<name>
+  // .metadata: commit, etag (the sha256 of an LFS file, a git hash otherwise), time written.
+  TempDir t;
+  const fs::path src = golden("qwen35-tiny-sharded");
+  const fs::path dir = t / "local";
+  fs::create_directories(dir / ".cache" / "huggingface" / "download");
+  for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dir / e.path().filename());
+  const double now = static_cast<double>(std::time(nullptr)) + 5;
+  auto meta = [&](const std::string& name, const std::string& etag, double stamp) {
+    std::ofstream(dir / ".cache" / "huggingface" / "download" / (name + ".metadata"))
+        << std::string(40, 'c') << "\n" << etag << "\n" << std::to_string(stamp) << "\n";
+  };
+  const std::string s1 = sha256_of(src / "model-00001-of-00002.safetensors");
+  // The first shard's record is current; the second's was written before the file changed, so
+  // it is outdated (and wrong, to show it is not used); config.json's etag is a git hash.
+  meta("model-00001-of-00002.safetensors", s1, now);
+  meta("model-00002-of-00002.safetensors", std::string(64, 'a'), now - 3600);
+  meta("config.json", "a9993e364706816aba3e25717850c26c9cd0d89d", now);
+  RunResult r = build_cli(dir, t / "out", "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  nlohmann::json prov = read_json(t / "out" / "mobius_provenance.json");
+  REQUIRE(prov["files"].size() == 4);
+  for (const auto& f : prov["files"]) {
+    const std::string n = f["name"];
+    CAPTURE(n);
+    CHECK(f["sha256"] == sha256_of(src / n));
+    CHECK(f["sha256_source"] ==
+          (n == "model-00001-of-00002.safetensors" ? "hub-download-metadata" : "computed"));
   }
 }
 
