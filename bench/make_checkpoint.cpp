@@ -15,6 +15,10 @@
 //                     (block_sparse_moe.experts.E.{w1,w2,w3}.weight and the router
 //                     block_sparse_moe.gate.weight) instead of the dense MLP; model_type mixtral
 //   --top-k K         experts per token with --experts (default 2)
+//   --fp8 B           the projection and expert weights stored as FP8 (F8_E4M3, random codes)
+//                     with F32 <name>_scale_inv per B x B block, and a quantization_config
+//                     (quant_method fp8, weight_block_size [B, B]) as DeepSeek-V3 ships them; the
+//                     other tensors keep the checkpoint's dtype
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +37,7 @@ namespace {
 struct Tensor {
   std::string name;
   std::vector<int64_t> shape;
+  const char* code = nullptr;  // the safetensors dtype, when not the checkpoint's
   uint64_t numel() const {
     uint64_t n = 1;
     for (int64_t d : shape) n *= static_cast<uint64_t>(d);
@@ -89,6 +94,28 @@ void fill_normal(std::vector<uint8_t>& buf, uint64_t n, bool bf16, uint64_t seed
   }
 }
 
+// Random E4M3 codes, never NaN (S.1111.111), for an FP8 weight; scales around 1e-3 for its blocks.
+void fill_fp8(std::vector<uint8_t>& buf, uint64_t n, uint64_t seed) {
+  buf.resize(n);
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (uint64_t i = 0; i < n; i += 8) {
+    uint64_t r = splitmix(s);
+    for (uint64_t k = 0; k < 8 && i + k < n; ++k) {
+      uint8_t b = static_cast<uint8_t>(r >> (8 * k));
+      buf[i + k] = (b & 0x7f) == 0x7f ? b ^ 1 : b;
+    }
+  }
+}
+
+void fill_scales(std::vector<uint8_t>& buf, uint64_t n, uint64_t seed) {
+  buf.resize(n * 4);
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (uint64_t i = 0; i < n; ++i) {
+    float f = 1e-3f * (0.5f + static_cast<float>(splitmix(s) >> 40) / 16777216.0f);
+    std::memcpy(&buf[i * 4], &f, 4);
+  }
+}
+
 std::string shape_json(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
@@ -101,10 +128,10 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16] [--hidden N] [--intermediate N] [--heads N]\n"
       "         [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N] [--layers N]\n"
-      "         [--init uniform|normal] [--std S] [--tie] [--experts N] [--top-k K]\n";
+      "         [--init uniform|normal] [--std S] [--tie] [--experts N] [--top-k K] [--fp8 B]\n";
   std::vector<std::string> pos;
   int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 0, vocab = 32000, max_pos = 4096, fixed_layers = 0;
-  int64_t experts = 0, top_k = 2;
+  int64_t experts = 0, top_k = 2, fp8 = 0;
   std::string init = "uniform";
   float std_ = 0.02f;
   bool tie = false;
@@ -134,6 +161,7 @@ int main(int argc, char** argv) {
     else if (a == "--layers") fixed_layers = n;
     else if (a == "--experts") experts = n;
     else if (a == "--top-k") top_k = n;
+    else if (a == "--fp8") fp8 = n;
     else if (a == "--init") init = v;
     else if (a == "--std") std_ = static_cast<float>(std::atof(v.c_str()));
     else {
@@ -155,7 +183,7 @@ int main(int argc, char** argv) {
   if (hd == 0) hd = heads > 0 ? hidden / heads : 0;
   if (hidden <= 0 || inter <= 0 || heads <= 0 || kv <= 0 || hd <= 0 || vocab <= 0 || max_pos <= 0 ||
       heads % kv != 0 || (init != "uniform" && init != "normal") || !(std_ > 0) || experts < 0 ||
-      (experts > 0 && (top_k <= 0 || top_k > experts))) {
+      (experts > 0 && (top_k <= 0 || top_k > experts)) || fp8 < 0) {
     std::cerr << "make_checkpoint: bad shape options (heads must be a multiple of kv-heads)\n";
     return 2;
   }
@@ -195,6 +223,25 @@ int main(int argc, char** argv) {
   }
   ts.push_back({"model.norm.weight", {hidden}});
   if (!tie) ts.push_back({"lm_head.weight", {vocab, hidden}});
+  if (fp8 > 0) {
+    std::vector<Tensor> q;
+    for (auto& t : ts) {
+      const bool proj = t.shape.size() == 2 && t.name.rfind("model.layers.", 0) == 0 &&
+                        t.name.find(".gate.weight") == std::string::npos;  // not the router
+      if (!proj) {
+        q.push_back(t);
+        continue;
+      }
+      t.code = "F8_E4M3";
+      q.push_back(t);
+      q.push_back({t.name + "_scale_inv", {(t.shape[0] + fp8 - 1) / fp8, (t.shape[1] + fp8 - 1) / fp8}, "F32"});
+    }
+    ts = std::move(q);
+  }
+  auto bytes = [&](const Tensor& t) {
+    const std::string c = t.code ? t.code : "";
+    return t.numel() * (c == "F8_E4M3" ? 1 : c == "F32" ? 4 : es);
+  };
 
   fs::create_directories(out);
   // Shards of at most 2 GiB, as hub checkpoints are split.
@@ -202,7 +249,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
-    uint64_t b = ts[i].numel() * es;
+    uint64_t b = bytes(ts[i]);
     if (in_shard > 0 && in_shard + b > shard_cap) {
       shards.emplace_back();
       in_shard = 0;
@@ -220,8 +267,8 @@ int main(int argc, char** argv) {
     uint64_t off = 0;
     for (size_t k = 0; k < shards[s].size(); ++k) {
       const Tensor& t = ts[shards[s][k]];
-      uint64_t b = t.numel() * es;
-      header += (k ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") +
+      uint64_t b = bytes(t);
+      header += (k ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" + (t.code ? t.code : bf16 ? "BF16" : "F32") +
                 "\",\"shape\":" + shape_json(t.shape) + ",\"data_offsets\":[" + std::to_string(off) + "," +
                 std::to_string(off + b) + "]}";
       off += b;
@@ -234,7 +281,12 @@ int main(int argc, char** argv) {
     f.write(reinterpret_cast<const char*>(&hl), 8);
     f << header;
     for (size_t idx : shards[s]) {
-      if (!normal) {
+      const std::string code = ts[idx].code ? ts[idx].code : "";
+      if (code == "F8_E4M3") {
+        fill_fp8(buf, ts[idx].numel(), idx + 1);
+      } else if (code == "F32") {
+        fill_scales(buf, ts[idx].numel(), idx + 1);
+      } else if (!normal) {
         fill(buf, ts[idx].numel(), bf16, idx + 1);
       } else {
         const bool norm = ts[idx].shape.size() == 1;  // RMSNorm weights: around 1, as trained ones are
@@ -260,7 +312,12 @@ int main(int argc, char** argv) {
       << ",\"num_key_value_heads\":" << kv << ",\"head_dim\":" << hd
       << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"max_position_embeddings\":" << max_pos
       << ",\"tie_word_embeddings\":" << (tie ? "true" : "false") << ",\"torch_dtype\":\""
-      << (bf16 ? "bfloat16" : "float32") << "\"}\n";
+      << (bf16 ? "bfloat16" : "float32") << "\""
+      << (fp8 > 0 ? ",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
+                    "\"activation_scheme\":\"dynamic\",\"weight_block_size\":[" +
+                        std::to_string(fp8) + "," + std::to_string(fp8) + "]}"
+                  : std::string())
+      << "}\n";
   std::cout << out.string() << ": " << layers << " layers, " << ts.size() << " tensors, "
             << total / (1024 * 1024) << " MiB in " << shards.size() << " shard(s), largest tensor "
             << (vocab * hidden * es) / (1024 * 1024) << " MiB\n";

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -101,6 +102,29 @@ class NoExtentReader : public CheckpointReader {
   const CheckpointReader& r_;
 };
 
+// The same checkpoint as a reader whose tensors are computed piece by piece (as dequantized FP8
+// or MXFP4 tensors are): no extents, and read() of a whole tensor is an error, so the writers
+// must take it range by range and never hold a whole tensor.
+class RangeReader : public CheckpointReader {
+ public:
+  explicit RangeReader(const CheckpointReader& r) : r_(r) {}
+  const std::vector<TensorMeta>& tensors() const override { return r_.tensors(); }
+  const TensorMeta* find(std::string_view name) const override { return r_.find(name); }
+  void read(const TensorMeta& m, void*) const override {
+    FAIL("read() of the whole tensor " << m.name << " from a reader that reads ranges");
+  }
+  void read_range(const TensorMeta& m, uint64_t first, uint64_t count, void* dst) const override {
+    ranges_ += 1;
+    r_.read_range(m, first, count, dst);
+  }
+  bool reads_ranges(const TensorMeta&) const override { return true; }
+  std::string describe() const override { return "ranges"; }
+  mutable std::atomic<int> ranges_{0};
+
+ private:
+  const CheckpointReader& r_;
+};
+
 // The concatenated matrix [sum rows, cols] of `sources`, row-major.
 std::vector<float> matrix(const std::vector<Source>& sources) {
   std::vector<float> w;
@@ -183,6 +207,7 @@ struct LayoutSettings {
 void check_all_ways(const StreamingWeightPlan& plan, const PlannedInitializer& init,
                     const CheckpointReader& reader, const std::vector<uint8_t>& expect) {
   const NoExtentReader gathered(reader);
+  const RangeReader ranges(reader);
   for (size_t tile : {size_t{0}, size_t{8}, size_t{16}})
     for (bool simd : {true, false}) {
       CAPTURE(tile);
@@ -190,6 +215,7 @@ void check_all_ways(const StreamingWeightPlan& plan, const PlannedInitializer& i
       LayoutSettings settings(tile, simd);
       CHECK(written(plan, init, reader) == expect);
       CHECK(written(plan, init, gathered) == expect);
+      CHECK(written(plan, init, ranges) == expect);
       CHECK(materialized(plan, init, reader) == expect);
     }
 }
@@ -239,6 +265,7 @@ void check_group_ways(const StreamingWeightPlan& plan, const CheckpointReader& r
     want.push_back(*expect[static_cast<size_t>(std::stoi(name.substr(4)))]);
   }
   const NoExtentReader gathered(reader);
+  const RangeReader ranges(reader);
   for (size_t tile : {size_t{0}, size_t{8}})
     for (bool simd : {true, false}) {
       CAPTURE(tile);
@@ -246,6 +273,7 @@ void check_group_ways(const StreamingWeightPlan& plan, const CheckpointReader& r
       LayoutSettings settings(tile, simd);
       CHECK(written_group(plan, group, reader) == want);
       CHECK(written_group(plan, group, gathered) == want);
+      CHECK(written_group(plan, group, ranges) == want);
     }
 }
 
@@ -394,6 +422,24 @@ TEST_CASE("layout: a transposed weight larger than one tile streams with the def
     const auto expect = transpose_f32(matrix(w), n, k);
     CHECK(written(plan, planned(plan, "w_t"), *ckpt.reader) == expect);
     CHECK(written(plan, planned(plan, "w_t"), NoExtentReader(*ckpt.reader)) == expect);
+    const RangeReader ranges(*ckpt.reader);
+    CHECK(written(plan, planned(plan, "w_t"), ranges) == expect);
+    CHECK(ranges.ranges_ > 1);  // in pieces
+  }
+}
+
+TEST_CASE("layout: a tensor copied or cast as it is, from a reader that reads ranges") {
+  // 18 MiB of bfloat16, more than one 16 MiB chunk of the writer: read in pieces, never whole.
+  const std::vector<Source> w = {source("w", "BF16", 3072, 3072, 5)};
+  Checkpoint ckpt(w);
+  for (int32_t to : {MOBIUS_DTYPE_BFLOAT16, MOBIUS_DTYPE_FLOAT}) {
+    CAPTURE(to);
+    StreamingWeightPlan plan;
+    plan.declare("w", to, {3072, 3072});
+    plan.set_source("w", mobius::StreamingWeightSource{"w"});
+    const RangeReader ranges(*ckpt.reader);
+    CHECK(written(plan, planned(plan, "w"), ranges) == written(plan, planned(plan, "w"), *ckpt.reader));
+    CHECK(ranges.ranges_ > 1);
   }
 }
 

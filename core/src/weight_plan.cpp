@@ -1195,6 +1195,23 @@ void stream_tensor(const TensorMeta& m, const CheckpointReader& cp, int32_t to, 
   const uint64_t n = elements(m.shape);
   const size_t fs = dtype_size(m.dtype), ts = dtype_size(to);
   auto ext = cp.extent(m);
+  if (!ext && cp.reads_ranges(m)) {
+    // Computed piece by piece (a dequantized FP8 or MXFP4 tensor): read a chunk at a time.
+    const uint64_t per = std::max<uint64_t>(1, kChunk / std::max(fs, ts));
+    thread_local Scratch src_buf, dst_buf;
+    uint8_t* src = src_buf.get(std::min(n, per) * fs);
+    uint8_t* dst = m.dtype == to ? src : dst_buf.get(std::min(n, per) * ts);
+    for (uint64_t e = 0; e < n; e += per) {
+      poll(cancelled);
+      const uint64_t k = std::min(per, n - e);
+      cp.read_range(m, e, k, src);
+      if (m.dtype != to) convert_elements(m.dtype, src, to, dst, k);
+      out.write(dst, k * ts, out_off + e * ts);
+      start_writeback(out.fd(), out_off + e * ts, k * ts);
+      if (progress) *progress += k * ts;
+    }
+    return;
+  }
   if (!ext) {
     // Not contiguous in a file (e.g. a strided pickle tensor): the reader gathers it whole.
     std::vector<uint8_t> src(m.nbytes), dst;
@@ -1230,12 +1247,14 @@ void stream_tensor(const TensorMeta& m, const CheckpointReader& cp, int32_t to, 
 }
 
 // A layout source's tensor as the writers read it: blocks of rows and columns read from its file,
-// or, when the reader cannot point into a file for it (not contiguous), gathered whole once.
+// or computed by the reader range by range (a dequantized tensor), or, when the reader can do
+// neither (a strided pickle tensor), gathered whole once.
 class TensorRows {
  public:
   TensorRows(const TensorMeta& m, const CheckpointReader& cp, uint64_t cols)
-      : m_(m), ext_(cp.extent(m)), es_(dtype_size(m.dtype)), cols_(cols) {
-    if (!ext_) {
+      : m_(m), cp_(cp), ext_(cp.extent(m)), ranges_(!ext_ && cp.reads_ranges(m)),
+        es_(dtype_size(m.dtype)), cols_(cols) {
+    if (!ext_ && !ranges_) {
       whole_.resize(m.nbytes);
       cp.read(m, whole_.data());
     }
@@ -1248,13 +1267,20 @@ class TensorRows {
   // one read, parts of rows one read each.
   const uint8_t* block(uint64_t r0, uint64_t rows, uint64_t c0, uint64_t n, Scratch& scratch,
                        uint64_t& stride) const {
-    if (!ext_) {
+    if (!ext_ && !ranges_) {
       stride = cols_ * es_;
       return whole_.data() + r0 * stride + c0 * es_;
     }
     stride = n * es_;
     uint8_t* dst = scratch.get(rows * stride);
-    if (n == cols_) {
+    if (ranges_) {
+      if (n == cols_) {
+        cp_.read_range(m_, r0 * cols_, rows * cols_, dst);
+      } else {
+        for (uint64_t i = 0; i < rows; ++i)
+          cp_.read_range(m_, (r0 + i) * cols_ + c0, n, dst + i * stride);
+      }
+    } else if (n == cols_) {
       pread_all(ext_->fd, dst, rows * stride, ext_->offset + r0 * stride, m_.name);
     } else {
       for (uint64_t i = 0; i < rows; ++i)
@@ -1273,7 +1299,9 @@ class TensorRows {
 
  private:
   const TensorMeta& m_;
+  const CheckpointReader& cp_;
   std::optional<CheckpointReader::FileExtent> ext_;
+  bool ranges_;
   size_t es_;
   uint64_t cols_;
   std::vector<uint8_t> whole_;
