@@ -20,6 +20,7 @@
 #include "layout.hpp"
 #include "mobius/build.hpp"
 #include "mobius/hub.hpp"
+#include "mobius/pipeline.hpp"
 #include "mobius/plugins.hpp"
 #include "mobius/registry.hpp"
 
@@ -217,7 +218,8 @@ std::vector<std::string> wanted_types(const std::string& model) {
 }
 
 int cmd_build(const std::string& model_arg, const std::string& revision, const std::string& out,
-              const std::vector<std::string>& paths, mobius::BuildOptions opts, int threads) {
+              const std::vector<std::string>& paths, mobius::BuildOptions opts, int threads,
+              const std::vector<std::string>& components) {
   // A local folder, or a hub id fetched into (or, offline, found in) huggingface_hub's cache.
   mobius::HubOptions ho;
   ho.revision = revision;
@@ -231,9 +233,14 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
   opts.source_repo = src.repo_id;
   opts.source_revision = src.revision;
   opts.source_commit = src.commit;
+  // A diffusers pipeline (model_index.json): each component is a model type of its own.
+  const bool pipeline = mobius::is_pipeline_folder(model);
+  if (!components.empty() && !pipeline)
+    throw mobius::Error("[options] --component builds one component of a diffusers pipeline (a "
+                        "folder with model_index.json); " + model + " is not one");
   // Only the plugin whose manifest claims the config's model type runs; when none does, every
   // plugin is loaded so the error can suggest near matches.
-  std::vector<std::string> types = wanted_types(model);
+  std::vector<std::string> types = pipeline ? mobius::pipeline_model_types(model) : wanted_types(model);
   auto l = load_plugins(paths, types);
   if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) {
         return l->registry.contains(t);
@@ -241,6 +248,44 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
     l = load_plugins(paths);
   if (!opts.quiet) warn_failed(*l);
   auto t0 = std::chrono::steady_clock::now();
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
+  mobius::SaveOptions so;
+  so.progress = !opts.quiet && ::isatty(STDERR_FILENO);
+  so.threads = threads;
+  so.cancelled = [] { return g_interrupted.load(); };
+  if (pipeline || !mobius::folder_graphs(model, l->registry).empty()) {
+    // Several graphs, each its own model folder inside OUT.
+    mobius::MultiGraphPackage multi =
+        pipeline ? mobius::build_pipeline(model, opts, l->registry, components)
+                 : mobius::build_graphs(model, opts, l->registry);
+    if (!opts.quiet)
+      for (const auto& s : multi.skipped())
+        std::cerr << terminal_safe("mobius: warning: skipped " + s.component + ": " + s.reason)
+                  << "\n";
+    multi.save(out, so);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!opts.quiet) {
+      for (const auto& p : multi.parts()) {
+        char line[160];
+        std::snprintf(line, sizeof(line), "%zu nodes, %.1f MiB of weights", p.package.node_count(),
+                      static_cast<double>(p.package.weight_bytes()) / (1024.0 * 1024.0));
+        std::cout << terminal_safe("built " + p.package.model_type() +
+                                   (p.graph.empty() ? "" : " " + p.graph) + " -> " +
+                                   (std::filesystem::path(out) / p.folder).string() + " (" + line + ")")
+                  << "\n";
+      }
+      for (const auto& c : multi.copied())
+        std::cout << terminal_safe("copied " + c + " -> " + (std::filesystem::path(out) / c).string())
+                  << "\n";
+      char line[64];
+      std::snprintf(line, sizeof(line), "%.2f s", secs);
+      std::cout << terminal_safe("built " + std::to_string(multi.parts().size()) + " graph(s) for " +
+                                 "onnxruntime -> " + out + " (" + line + ")")
+                << "\n";
+    }
+    return 0;
+  }
   mobius::ModelPackage pkg = [&] {
     try {
       return mobius::build(model, opts, l->registry);
@@ -263,12 +308,6 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
       throw mobius::Error(m + " (see `mobius plugins`)");
     }
   }();
-  ::signal(SIGINT, on_signal);
-  ::signal(SIGTERM, on_signal);
-  mobius::SaveOptions so;
-  so.progress = !opts.quiet && ::isatty(STDERR_FILENO);
-  so.threads = threads;
-  so.cancelled = [] { return g_interrupted.load(); };
   pkg.save(out, so);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!opts.quiet) {
@@ -317,8 +356,9 @@ int main(int argc, char** argv) {
   CLI::App* build = app.add_subcommand(
       "build", "Build a checkpoint into an ONNX model folder laid out for a runtime (--runtime)");
   build->add_option("--model,-m", model,
-                    "Checkpoint folder holding config.json and weights, or a Hugging Face Hub id "
-                    "org/name[@REV] fetched into the huggingface_hub cache")
+                    "Checkpoint folder holding config.json and weights (or a diffusers pipeline\n"
+                    "folder holding model_index.json), or a Hugging Face Hub id org/name[@REV]\n"
+                    "fetched into the huggingface_hub cache")
       ->required()
       ->type_name("DIR|ORG/NAME");
   build->add_option("--revision", revision, "Hub branch, tag or commit of --model (default: main)")
@@ -379,6 +419,12 @@ int main(int argc, char** argv) {
                     "Tensors written at once (the output bytes are identical for any value)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  std::vector<std::string> components;
+  build->add_option("--component", components,
+                    "For a diffusers pipeline (a folder with model_index.json, built into\n"
+                    "OUT/text_encoder, OUT/unet, OUT/vae_encoder, OUT/vae_decoder): build only\n"
+                    "this component (e.g. unet, or vae for both of its graphs); repeatable")
+      ->type_name("NAME");
   build->add_flag("--quiet,-q", opts.quiet, "Print errors only (no progress bar)");
   add_plugin_path(build);
 
@@ -408,7 +454,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*build) return cmd_build(model, revision, out, plugin_paths, opts, threads);
+    if (*build) return cmd_build(model, revision, out, plugin_paths, opts, threads, components);
     if (*download) return cmd_download(repo, revision, download_quiet);
     if (*list) return cmd_list(plugin_paths, json);
     if (*plugins) return cmd_plugins(plugin_paths, json);

@@ -84,6 +84,15 @@ bool plugin_fault(const Error& e) {
 
 namespace {
 
+// A diffusers config's `_class_name` (the model type of a pipeline component), or "".
+std::string class_name_of(const nlohmann::json& cfg, const fs::path& config_file) {
+  auto it = cfg.find("_class_name");
+  if (it == cfg.end()) return "";
+  if (!it->is_string())
+    throw Error("[config] " + config_file.string() + ": '_class_name' is not a string");
+  return it->get<std::string>();
+}
+
 std::string model_type_of(const nlohmann::json& cfg, const fs::path& config_file,
                           const ModelRegistry* registry) {
   if (!cfg.is_object()) throw Error("[config] " + config_file.string() + ": not a JSON object");
@@ -95,6 +104,8 @@ std::string model_type_of(const nlohmann::json& cfg, const fs::path& config_file
     return it->get<std::string>();
   };
   std::string top = type_of(cfg);
+  // A diffusers component's config names its class instead (e.g. "UNet2DConditionModel").
+  if (top.empty()) top = class_name_of(cfg, config_file);
   if (!registry || top.empty() || registry->contains(top)) {
     if (!top.empty()) return top;
   }
@@ -104,7 +115,7 @@ std::string model_type_of(const nlohmann::json& cfg, const fs::path& config_file
     if (!inner.empty() && (!registry || registry->contains(inner))) return inner;
   }
   if (top.empty())
-    throw Error("[config] " + config_file.string() + ": no 'model_type' key");
+    throw Error("[config] " + config_file.string() + ": no 'model_type' key (nor a diffusers '_class_name')");
   return top;  // unknown: the registry lookup reports near matches
 }
 
@@ -123,6 +134,10 @@ std::vector<std::string> config_model_types(const fs::path& config_file) {
   };
   if (!cfg.is_object()) return out;
   add(cfg);
+  if (out.empty()) {
+    auto it = cfg.find("_class_name");
+    if (it != cfg.end() && it->is_string()) out.push_back(it->get<std::string>());
+  }
   auto tc = cfg.find("text_config");
   if (tc != cfg.end() && tc->is_object()) add(*tc);
   return out;
@@ -162,7 +177,8 @@ namespace {
 // A context with the user's options, and the checkpoint opened when weights are wanted.
 std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const fs::path& dir,
                                           const BuildOptions& opts,
-                                          std::optional<std::string> source_config) {
+                                          std::optional<std::string> source_config,
+                                          bool generates_text = true) {
   auto impl = std::make_unique<ModelPackage::Impl>();
   impl->source_dir = dir;
   impl->model_type = model_type;
@@ -203,8 +219,10 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.runtime = ctx.runtime.c_str();
   ctx.options.model_file = ctx.model_file.c_str();
   ctx.options.runtime_is_default = opts.runtime.empty() ? 1 : 0;
+  ctx.graph = opts.graph;
+  ctx.options.graph = ctx.graph.empty() ? nullptr : ctx.graph.c_str();
   ctx.source_dir = dir;
-  if (!dir.empty() && !opts.quiet) {
+  if (!dir.empty() && !opts.quiet && generates_text) {
     // A runtime turns text into ids with the checkpoint's tokenizer; without one the model
     // still builds, but the folder is not ready to use.
     const ModelFolder folder(dir);
@@ -244,7 +262,18 @@ void finish(ModelPackage::Impl& impl) {
 std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
                                                const std::string& config_text,
                                                const BuildOptions& opts) {
-  auto impl = start(reg.model_type, dir, opts, config_text);
+  if (reg.graphs.empty() && !opts.graph.empty())
+    throw Error("[options] " + reg.model_type + " is one graph; there is no graph '" + opts.graph +
+                "' to choose");
+  if (!reg.graphs.empty() &&
+      std::find(reg.graphs.begin(), reg.graphs.end(), opts.graph) == reg.graphs.end()) {
+    std::string names;
+    for (const auto& g : reg.graphs) names += (names.empty() ? "" : ", ") + g;
+    throw Error("[options] " + reg.model_type + " becomes several graphs (" + names + "): " +
+                (opts.graph.empty() ? "choose one" : "there is no graph '" + opts.graph + "'"));
+  }
+  // Only a model that generates text needs the tokenizer beside it (a pipeline keeps its own).
+  auto impl = start(reg.model_type, dir, opts, config_text, reg.task == "text-generation");
   impl->plugin = reg.plugin;
   impl->plugin_version = reg.version;
   impl->plugin_path = reg.plugin_path;
@@ -292,21 +321,32 @@ ModelPackage build_with(const std::string& model_type, BuildCallback fn, void* u
       opts, checkpoint_dir, normalized_config);
 }
 
-ModelPackage build(const std::string& source, const BuildOptions& opts,
-                   const ModelRegistry& registry) {
-  fs::path dir(source);
+FolderConfig read_folder_config(const fs::path& dir, const ModelRegistry* registry) {
   if (!fs::is_directory(dir))
-    throw Error("[source] '" + source + "' is not a folder holding config.json and weights");
+    throw Error("[source] '" + dir.string() + "' is not a folder holding config.json and weights");
   // The folder is resolved once (it may be reached through links, e.g. a cache snapshot's
   // refs); config.json and the checkpoint are then read relative to the resolved folder.
   const ModelFolder folder(dir);
-  fs::path cfg = dir / "config.json";
-  if (!folder.has("config.json")) throw Error("[source] " + cfg.string() + ": not found");
-  const std::string config_text = read_config_text(folder, cfg);
-  std::string model_type = model_type_of(parse_config_text(config_text, cfg), cfg, &registry);
-  const Registration& reg = registry.get(model_type);
+  FolderConfig c;
+  c.dir = folder.path();
+  c.config_file = dir / "config.json";
+  if (!folder.has("config.json")) throw Error("[source] " + c.config_file.string() + ": not found");
+  c.text = read_config_text(folder, c.config_file);
+  c.model_type = model_type_of(parse_config_text(c.text, c.config_file), c.config_file, registry);
+  return c;
+}
+
+ModelPackage build(const std::string& source, const BuildOptions& opts,
+                   const ModelRegistry& registry) {
+  const FolderConfig c = read_folder_config(fs::path(source), &registry);
+  return build_folder(c, registry.get(c.model_type), opts);
+}
+
+ModelPackage build_folder(const FolderConfig& c, const Registration& reg, const BuildOptions& opts) {
+  const fs::path& cfg = c.config_file;
+  const std::string& model_type = c.model_type;
   try {
-    return ModelPackage(build_impl(reg, folder.path(), config_text, opts));
+    return ModelPackage(build_impl(reg, c.dir, c.text, opts));
   } catch (const Error& e) {
     // Whose fault it is comes from the error's kind, which the plugin set across the ABI.
     if (plugin_fault(e))

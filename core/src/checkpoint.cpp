@@ -38,14 +38,18 @@ void CheckpointReader::read_range(const TensorMeta& meta, uint64_t first_element
   std::memcpy(dst, whole.data() + first_element * es, count * es);
 }
 
-// safetensors whenever the folder has it; the pickle format only when it is all there is, and
-// then through the restricted unpickler.
+// The first of kWeightFormats the folder has: safetensors whenever there is one; the pickle
+// format only when it is all there is, and then through the restricted unpickler.
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir) {
-  if (has_checkpoint(dir, kSafetensorsFormat)) return open_safetensors_checkpoint(dir);
-  if (has_checkpoint(dir, kPytorchFormat)) return open_pytorch_checkpoint(dir);
-  throw Error("[checkpoint] " + dir.string() + ": no " + kSafetensorsFormat.single_name + ", " +
-              kSafetensorsFormat.index_name + ", " + kPytorchFormat.single_name + " or " +
-              kPytorchFormat.index_name);
+  for (const CheckpointFormat& f : kWeightFormats) {
+    if (!has_checkpoint(dir, f)) continue;
+    if (std::string_view(f.tag) == kSafetensorsFormat.tag) return open_safetensors_checkpoint(dir, f);
+    return open_pytorch_checkpoint(dir, f);
+  }
+  std::string names;
+  for (const CheckpointFormat& f : kWeightFormats)
+    names += std::string(names.empty() ? "" : ", ") + f.single_name + ", " + f.index_name;
+  throw Error("[checkpoint] " + dir.string() + ": no weights (looked for " + names + ")");
 }
 
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir,

@@ -75,8 +75,12 @@ std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& d
                                                   const std::string* config_text);
 
 // Opens the checkpoint in a model folder: model.safetensors, or the shards named by
-// model.safetensors.index.json. Throws mobius::Error naming the file and the reason.
+// model.safetensors.index.json (or the file names of `names`, e.g. a diffusers component's
+// diffusion_pytorch_model.safetensors). Throws mobius::Error naming the file and the reason.
+struct CheckpointFormat;
 std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir);
+std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir,
+                                                              const CheckpointFormat& names);
 
 // ONNX TensorProto FLOAT8E4M3FN, safetensors "F8_E4M3": how FP8 block checkpoints store their
 // weights. Not a MOBIUS_DTYPE_* of the plugin ABI: plugins only ever see these weights

@@ -46,6 +46,18 @@ inline constexpr CheckpointFormat kSafetensorsFormat{"safetensors", "model.safet
                                                      "model.safetensors.index.json"};
 inline constexpr CheckpointFormat kPytorchFormat{"pytorch", "pytorch_model.bin",
                                                  "pytorch_model.bin.index.json"};
+// Every name a folder's weights may have, in the order they are looked for: diffusers' and
+// transformers' safetensors names, then the legacy pickle files (read only when no safetensors
+// file is there, through the restricted unpickler).
+inline constexpr CheckpointFormat kWeightFormats[] = {
+    {"safetensors", "diffusion_pytorch_model.safetensors",
+     "diffusion_pytorch_model.safetensors.index.json"},
+    {"safetensors", "pytorch_model.safetensors", "pytorch_model.safetensors.index.json"},
+    kSafetensorsFormat,
+    {"pytorch", "diffusion_pytorch_model.bin", "diffusion_pytorch_model.bin.index.json"},
+    kPytorchFormat,
+    {"pytorch", "model.bin", "model.bin.index.json"},
+};
 
 std::string errno_text(int err);
 std::string dims_text(const std::vector<int64_t>& dims);  // "[2, 3]", cut after 8 dimensions

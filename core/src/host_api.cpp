@@ -309,6 +309,23 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
     r.version = reg->version;
     r.vendor = reg->vendor;
     r.priority = reg->priority;
+    if (a->n_graphs > 0) {  // zero when the plugin's struct ends before the field
+      if (!a->graphs || a->n_graphs > 64)
+        throw Error("[abi] model type " + quote_name(model_type) +
+                    ": graphs is NULL or lists more than 64 names");
+      for (size_t i = 0; i < a->n_graphs; ++i) {
+        std::string g = str(a->graphs[i], "graph name");
+        if (g.empty() || g.size() > 64 ||
+            !std::all_of(g.begin(), g.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '_';
+            }) ||
+            std::find(r.graphs.begin(), r.graphs.end(), g) != r.graphs.end())
+          throw Error("[abi] model type " + quote_name(model_type) + ": graph name " +
+                      quote_name(g) + " is empty, repeated, or not letters, digits and '_'");
+        r.graphs.push_back(std::move(g));
+      }
+    }
     auto parse = a->parse_config;
     auto build = a->build;
     void* user = a->user;

@@ -366,22 +366,24 @@ std::unique_ptr<CheckpointReader> make_reader(std::vector<Shard> shards, std::st
                                          std::move(names), std::move(description));
 }
 
-std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder) {
+std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder,
+                                              const CheckpointFormat& fmt) {
   std::vector<Shard> shards(1);
   Shard& shard = shards[0];
-  shard.display = kFormat.single_name;
-  shard.path = dir / kFormat.single_name;
+  shard.display = fmt.single_name;
+  shard.path = dir / fmt.single_name;
   shard.source = std::make_shared<FileSource>(
-      folder.open(kFormat.single_name, shard.display, kFormat.tag));
+      folder.open(fmt.single_name, shard.display, fmt.tag));
   load_archive(shard);
   return make_reader(std::move(shards),
-                     checkpoint_description(kFormat, CheckpointLayout::Single, 1));
+                     checkpoint_description(fmt, CheckpointLayout::Single, 1));
 }
 
-std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder) {
-  const ShardIndex index = read_shard_index(folder, kFormat);
+std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder,
+                                               const CheckpointFormat& fmt) {
+  const ShardIndex index = read_shard_index(folder, fmt);
   std::vector<Shard> shards(index.shard_ids.size());
-  open_shards(dir, folder, index, kFormat,
+  open_shards(dir, folder, index, fmt,
               [&](size_t id, const fs::path& path, const std::string& display, OpenedFile file) {
                 Shard& shard = shards[id];
                 shard.display = display;
@@ -395,10 +397,10 @@ std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelF
     for (const TensorMeta& t : shards[s].tensors) names[s].push_back(t.name);
     displays.push_back(shards[s].display);
   }
-  check_shards_against_index(folder.path(), index, names, displays, kFormat);
+  check_shards_against_index(folder.path(), index, names, displays, fmt);
   const size_t n = shards.size();
   return make_reader(std::move(shards),
-                     checkpoint_description(kFormat, CheckpointLayout::Sharded, n));
+                     checkpoint_description(fmt, CheckpointLayout::Sharded, n));
 }
 
 }  // namespace
@@ -414,11 +416,16 @@ std::unique_ptr<CheckpointReader> open_pytorch_archive_bytes(std::string bytes,
                      checkpoint_description(kFormat, CheckpointLayout::Single, 1));
 }
 
-std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir) {
-  const CheckpointLayout layout = checkpoint_layout(dir, kFormat);
+std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir,
+                                                         const CheckpointFormat& fmt) {
+  const CheckpointLayout layout = checkpoint_layout(dir, fmt);
   const ModelFolder folder(dir);  // every file below is opened through its rule
-  if (layout == CheckpointLayout::Single) return open_single(dir, folder);
-  return open_sharded(dir, folder);
+  if (layout == CheckpointLayout::Single) return open_single(dir, folder, fmt);
+  return open_sharded(dir, folder, fmt);
+}
+
+std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir) {
+  return open_pytorch_checkpoint(dir, kPytorchFormat);
 }
 
 }  // namespace mobius

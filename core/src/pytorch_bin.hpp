@@ -20,6 +20,8 @@ namespace mobius {
 // ever called, and the result must map names to tensors whose strided views stay inside their
 // storages. Throws mobius::Error whose message starts with "[pytorch] <file>: ".
 std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir);
+std::unique_ptr<CheckpointReader> open_pytorch_checkpoint(const std::filesystem::path& dir,
+                                                          const CheckpointFormat& names);
 
 // Opens a whole torch.save archive held in memory (what the file reader does, minus the file),
 // for the tests and the fuzzers. display stands for the file name in messages and

@@ -475,17 +475,19 @@ struct Shards {
   }
 };
 
-std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder) {
+std::unique_ptr<CheckpointReader> open_single(const fs::path& dir, const ModelFolder& folder,
+                                              const CheckpointFormat& fmt) {
   Shards shards;
-  shards.add(0, dir / kFormat.single_name, kFormat.single_name,
-             folder.open(kFormat.single_name, kFormat.single_name, kFormat.tag));
-  return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Single, 1));
+  shards.add(0, dir / fmt.single_name, fmt.single_name,
+             folder.open(fmt.single_name, fmt.single_name, fmt.tag));
+  return shards.reader(checkpoint_description(fmt, CheckpointLayout::Single, 1));
 }
 
-std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder) {
-  const ShardIndex index = read_shard_index(folder, kFormat);
+std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelFolder& folder,
+                                               const CheckpointFormat& fmt) {
+  const ShardIndex index = read_shard_index(folder, fmt);
   Shards shards;
-  open_shards(dir, folder, index, kFormat,
+  open_shards(dir, folder, index, fmt,
               [&](size_t shard, const fs::path& path, const std::string& display, OpenedFile file) {
                 shards.add(shard, path, display, std::move(file));
               });
@@ -493,18 +495,23 @@ std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir, const ModelF
   for (size_t i = 0; i < shards.tensors.size(); ++i) {
     names[shards.locations[i].shard].push_back(shards.tensors[i].name);
   }
-  check_shards_against_index(folder.path(), index, names, shards.displays, kFormat);
+  check_shards_against_index(folder.path(), index, names, shards.displays, fmt);
   const size_t n = shards.displays.size();
-  return shards.reader(checkpoint_description(kFormat, CheckpointLayout::Sharded, n));
+  return shards.reader(checkpoint_description(fmt, CheckpointLayout::Sharded, n));
 }
 
 }  // namespace
 
-std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir) {
-  const CheckpointLayout layout = checkpoint_layout(dir, kFormat);
+std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir,
+                                                         const CheckpointFormat& fmt) {
+  const CheckpointLayout layout = checkpoint_layout(dir, fmt);
   const ModelFolder folder(dir);  // every file below is opened through its rule
-  if (layout == CheckpointLayout::Single) return open_single(dir, folder);
-  return open_sharded(dir, folder);
+  if (layout == CheckpointLayout::Single) return open_single(dir, folder, fmt);
+  return open_sharded(dir, folder, fmt);
+}
+
+std::unique_ptr<CheckpointReader> open_safetensors_checkpoint(const std::filesystem::path& dir) {
+  return open_safetensors_checkpoint(dir, kSafetensorsFormat);
 }
 
 }  // namespace mobius

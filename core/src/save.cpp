@@ -665,11 +665,11 @@ std::vector<std::string> source_files(const ModelPackage::Impl& pkg,
     }
     const ModelFolder folder(pkg.source_dir);
     // A sharded checkpoint's index: the weights came from files other than the single one.
-    for (const CheckpointFormat* fmt : {&kSafetensorsFormat, &kPytorchFormat}) {
-      const std::string ext = fs::path(fmt->single_name).extension().string();
+    for (const CheckpointFormat& fmt : kWeightFormats) {
+      const std::string ext = fs::path(fmt.single_name).extension().string();
       for (const auto& w : weights)
-        if (w != fmt->single_name && fs::path(w).extension() == ext && folder.has(fmt->index_name)) {
-          names.insert(fmt->index_name);
+        if (w != fmt.single_name && fs::path(w).extension() == ext && folder.has(fmt.index_name)) {
+          names.insert(fmt.index_name);
           break;
         }
     }
@@ -823,6 +823,31 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
   fsync_dir(graph_path.parent_path());
   fsync_dir(tmp.path());
 
+  put_in_place(tmp.path(), target);
+  tmp.committed();
+  fsync_dir(parent);
+}
+
+void write_synced_file(const fs::path& p, const std::string& bytes) { write_file_synced(p, bytes); }
+
+void save_folder(const fs::path& out, const std::vector<fs::path>& sources,
+                 const std::function<void(const fs::path& tmp)>& fill) {
+  fs::path target = fs::absolute(out).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  const fs::path parent = target.parent_path();
+  const std::string name = target.filename().string();
+  for (const auto& s : sources) check_output_folder(target, s);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
+  if (fs::exists(target)) check_replaceable(target);
+  clean_stale_temps(parent, name);
+  TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid())));
+  fs::remove_all(tmp.path(), ec);
+  if (!fs::create_directory(tmp.path(), ec) || ec)
+    throw Error("[save] cannot create " + tmp.path().string() + ": " + ec.message());
+  fill(tmp.path());
+  fsync_dir(tmp.path());
   put_in_place(tmp.path(), target);
   tmp.committed();
   fsync_dir(parent);

@@ -383,6 +383,12 @@ std::string BuildContext::runtime() const {
   return "ort-genai";
 }
 
+std::string BuildContext::graph_name() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, graph) && o->graph) return o->graph;
+  return "";
+}
+
 bool BuildContext::runtime_is_default() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   return o && MOBIUS_HAS_FIELD(o, mobius_build_options, runtime_is_default) && o->runtime_is_default;

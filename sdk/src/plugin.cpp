@@ -16,6 +16,8 @@ struct Entry {
   ConfigParser parse;
   GraphBuilder build;
   const mobius_host_api* host = nullptr;
+  std::vector<std::string> graphs;
+  std::vector<const char*> graph_names;  // into `graphs`, for the ABI
 };
 
 // Registrations live as long as the plugin is loaded.
@@ -66,8 +68,10 @@ void report_to_host(const mobius_host_api* host, mobius_context* ctx, mobius_err
 }  // namespace
 
 void PluginRegistrar::add(const std::string& model_type, const std::string& task,
-                          ConfigParser parse, GraphBuilder build) {
-  Entry& e = entries().emplace_back(Entry{model_type, task, std::move(parse), std::move(build), host_});
+                          ConfigParser parse, GraphBuilder build, std::vector<std::string> graphs) {
+  Entry& e = entries().emplace_back(
+      Entry{model_type, task, std::move(parse), std::move(build), host_, std::move(graphs), {}});
+  for (const auto& g : e.graphs) e.graph_names.push_back(g.c_str());
   mobius_architecture a{};
   a.struct_size = sizeof(a);
   a.model_type = e.model_type.c_str();
@@ -75,6 +79,8 @@ void PluginRegistrar::add(const std::string& model_type, const std::string& task
   a.user = &e;
   a.parse_config = &parse_cb;
   a.build = &build_cb;
+  a.graphs = e.graph_names.empty() ? nullptr : e.graph_names.data();
+  a.n_graphs = e.graph_names.size();
   if (host_->register_architecture(reg_, &a) != MOBIUS_OK)
     throw Error("[plugin] the host refused model type '" + model_type + "'");
 }

@@ -66,7 +66,7 @@ status=0
 node "$here/make_checkpoint.mjs" "$case_dir" "$tok_dir" "$ckpt" 2>&1 || status=$?
 [ "$status" -eq 0 ] || { echo "run_tjs: FAIL: make_checkpoint.mjs exited with status $status"; exit 1; }
 
-if "$MOBIUS_CLI" build --help 2>&1 | grep -q -- '--runtime'; then
+if "$MOBIUS_CLI" build --help 2>&1 | grep -- '--runtime' >/dev/null; then  # not -q: an early exit would SIGPIPE the CLI
   echo "== build: $MOBIUS_CLI build --runtime transformers.js --model $ckpt $out ${build_args[*]}"
   status=0
   "$MOBIUS_CLI" build --runtime transformers.js --model "$ckpt" "$out" --quiet "${build_args[@]}" 2>&1 || status=$?

@@ -24,6 +24,9 @@ struct BuildOptions {
   bool symmetric = true;    // int4/int8: symmetric RTN (no zero points); false: asymmetric
   int accuracy_level = -1;  // int4/int8: MatMulNBits accuracy_level; -1: 4 on cpu, 0 on cuda
   bool no_weights = false;    // build the graph only (no checkpoint needed)
+  // For a model type that becomes several graphs (Registration::graphs, e.g. a VAE's "encoder"
+  // and "decoder"): the one to build. Must be empty for a type of one graph.
+  std::string graph;
   bool quiet = false;
   // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,
   // genai_config.json), "onnxruntime" (the graph and its weights only) or "transformers.js"

@@ -227,6 +227,10 @@ typedef struct mobius_build_options {
   int32_t block_size;     /* quantization block along the input dimension (16, 32, 64, 128, 256) */
   int32_t symmetric;      /* 1: symmetric RTN (no zero points); 0: asymmetric, with zero points */
   int32_t accuracy_level; /* MatMulNBits accuracy_level (4: int8 compute on the CPU) */
+  /* The graph being built, for an architecture that registered several (`graphs` of
+   * mobius_architecture, e.g. a VAE's "encoder" and "decoder"): one of those names. NULL (or
+   * absent) for an architecture of one graph. */
+  const char* graph;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
@@ -259,6 +263,13 @@ typedef struct mobius_architecture {
   /* Build the graph into host->main_graph(ctx) and plan every initializer's weights.
    * `config_json` is the normalized config that parse_config wrote. */
   mobius_status (*build)(void* user, mobius_context* ctx, const char* config_json);
+  /* --- appended after version 1: check MOBIUS_HAS_FIELD(arch, mobius_architecture, field) --- */
+  /* The graphs one checkpoint of this type becomes when it is more than one (e.g. an
+   * AutoencoderKL's "encoder" and "decoder"): `n_graphs` names (letters, digits, '_'), each
+   * built by its own call of `build` with build_options->graph set to it, each its own model
+   * file. NULL and 0: one graph, build_options->graph NULL. */
+  const char* const* graphs;
+  size_t n_graphs;
 } mobius_architecture;
 #define MOBIUS_ARCHITECTURE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_architecture, build)
 

@@ -54,6 +54,9 @@ class BuildContext {
   int block_size() const;
   bool symmetric() const;
   int accuracy_level() const;
+  // The graph being built for an architecture registered with several (PluginRegistrar::add's
+  // `graphs`, e.g. "encoder" or "decoder"); empty for an architecture of one graph.
+  std::string graph_name() const;
 
   Graph& graph() { return *main_; }
 

@@ -25,9 +25,11 @@ using GraphBuilder = std::function<void(BuildContext& ctx, const nlohmann::json&
 class PluginRegistrar {
  public:
   PluginRegistrar(const mobius_host_api* host, mobius_registrar* reg) : host_(host), reg_(reg) {}
-  // Registers one model type. Throws mobius::Error when the host refuses it.
+  // Registers one model type. Throws mobius::Error when the host refuses it. `graphs`: the
+  // graphs one checkpoint of the type becomes when more than one (e.g. {"encoder", "decoder"}),
+  // each built by its own call of `build`, which reads BuildContext::graph_name().
   void add(const std::string& model_type, const std::string& task, ConfigParser parse,
-           GraphBuilder build);
+           GraphBuilder build, std::vector<std::string> graphs = {});
   // Registers several model types of one family: `parse` also receives the model type.
   using TypedParser = std::function<nlohmann::json(const std::string& model_type, const nlohmann::json& config_json)>;
   void add_each(const std::vector<std::string>& model_types, const std::string& task,
