@@ -2,8 +2,9 @@
 // as huggingface_hub reads them; then `mobius build --model org/name` and `mobius download`
 // against a loopback hub (tests/hub_server.mjs, with a CDN on another host): the same model as
 // from the local folder, huggingface_hub's cache layout, offline builds, resumed, retried and
-// refused downloads, gated and missing repositories, concurrent processes. Nothing here reaches
-// an address other than loopback.
+// refused downloads, gated and missing repositories, concurrent processes; diffusers pipeline
+// repositories (model_index.json and component folders) fetched, refused when hostile, rebuilt
+// offline and built end to end. Nothing here reaches an address other than loopback.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 #include "hub_cache.hpp"
 #include "mobius/hub.hpp"
 #include "sha256.hpp"
+#include "untrusted.hpp"
 
 extern char** environ;
 
@@ -200,6 +202,96 @@ nlohmann::json repos(std::initializer_list<std::pair<std::string, fs::path>> lis
   nlohmann::json r = nlohmann::json::object();
   for (const auto& [id, dir] : list) r[id] = {{"dir", dir.string()}, {"tags", {"v1"}}};
   return r;
+}
+
+// The golden diffusers pipelines (tests/golden-diffusers/<case>).
+fs::path sd_golden(const std::string& c) {
+  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-diffusers" / c;
+}
+
+// dir/<stem>.safetensors split into <stem>-0000N-of-00002.safetensors (tensors alternating
+// between the two) and <stem>.safetensors.index.json, as a sharded save_pretrained leaves it.
+void shard_in_two(const fs::path& dir, const std::string& stem) {
+  const std::string bytes = read_text(dir / (stem + ".safetensors"));
+  uint64_t n = 0;
+  REQUIRE(bytes.size() >= 8);
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const char* data = bytes.data() + 8 + n;
+  std::vector<StTensor> parts[2];
+  nlohmann::json map = nlohmann::json::object();
+  uint64_t total = 0;
+  size_t i = 0;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") continue;
+    const uint64_t b = v["data_offsets"][0], e = v["data_offsets"][1];
+    parts[i % 2].push_back({name, v["dtype"].get<std::string>(), v["shape"].get<std::vector<int64_t>>(),
+                            std::vector<uint8_t>(data + b, data + e)});
+    map[name] = stem + "-0000" + std::to_string(i % 2 + 1) + "-of-00002.safetensors";
+    total += e - b;
+    ++i;
+  }
+  REQUIRE(i >= 2);
+  for (int k = 0; k < 2; ++k)
+    write_safetensors(dir / (stem + "-0000" + std::to_string(k + 1) + "-of-00002.safetensors"), parts[k]);
+  write_text(dir / (stem + ".safetensors.index.json"),
+             nlohmann::json({{"metadata", {{"total_size", total}}}, {"weight_map", map}}).dump(2));
+  fs::remove(dir / (stem + ".safetensors"));
+}
+
+// A pipeline repository from golden sd15-tiny: text_encoder (model.safetensors), unet sharded in
+// two, vae (diffusion_pytorch_model.safetensors), tokenizer/, scheduler/, a feature_extractor/,
+// safety_checker [null, null] (its folder there all the same), a component of unknown files, and
+// files no build needs (README.md, fp16 and pickle variants, a folder model_index.json does not
+// list).
+fs::path sharded_pipeline_repo(const fs::path& dir) {
+  copy_dir(sd_golden("sd15-tiny"), dir);
+  fs::remove(dir / "case.json");
+  fs::remove(dir / "reference.safetensors");
+  shard_in_two(dir / "unet", "diffusion_pytorch_model");
+  nlohmann::json index = nlohmann::json::parse(read_text(dir / "model_index.json"));
+  index["feature_extractor"] = {"transformers", "CLIPImageProcessor"};
+  index["custom"] = {"mylib", "Thing"};
+  write_text(dir / "model_index.json", index.dump(2));
+  fs::create_directories(dir / "feature_extractor");
+  write_text(dir / "feature_extractor" / "preprocessor_config.json", R"({"crop_size": 224})");
+  fs::create_directories(dir / "custom");
+  write_text(dir / "custom" / "thing.txt", "unknown to mobius");
+  fs::create_directories(dir / "safety_checker");
+  write_text(dir / "safety_checker" / "config.json", "{}");
+  write_text(dir / "safety_checker" / "model.safetensors", "never asked");
+  fs::create_directories(dir / "extra");
+  write_text(dir / "extra" / "config.json", "{}");
+  write_text(dir / "README.md", "# a pipeline");
+  write_text(dir / "unet" / "diffusion_pytorch_model.fp16.safetensors", "not needed");
+  write_text(dir / "vae" / "diffusion_pytorch_model.bin", "not needed: safetensors comes first");
+  write_text(dir / "text_encoder" / "pytorch_model.bin", "not needed: safetensors comes first");
+  return dir;
+}
+
+// What a fetch of sharded_pipeline_repo leaves in the snapshot (with the weights or without).
+std::set<std::string> sharded_pipeline_files(bool weights) {
+  std::set<std::string> f = {"model_index.json",        "text_encoder/config.json",
+                             "unet/config.json",        "vae/config.json",
+                             "scheduler/scheduler_config.json", "feature_extractor/preprocessor_config.json",
+                             "tokenizer/merges.txt",    "tokenizer/special_tokens_map.json",
+                             "tokenizer/tokenizer_config.json", "tokenizer/vocab.json"};
+  if (weights)
+    for (const char* w : {"text_encoder/model.safetensors", "unet/diffusion_pytorch_model.safetensors.index.json",
+                          "unet/diffusion_pytorch_model-00001-of-00002.safetensors",
+                          "unet/diffusion_pytorch_model-00002-of-00002.safetensors",
+                          "vae/diffusion_pytorch_model.safetensors"})
+      f.insert(w);
+  return f;
+}
+
+// The hub settings of an in-process fetch against `s`, with the cache under home.
+hub::Config hub_config(const HubServer& s, const fs::path& home) {
+  hub::Config c;
+  c.home = home;
+  c.cache = home / "hub";
+  c.endpoint = s.endpoint();
+  return c;
 }
 
 }  // namespace
@@ -804,4 +896,294 @@ TEST_CASE("hub: one progress bar on a terminal, none with --quiet") {
   r = on_tty(t / "hf2", "download -q org/rope-sharded");
   CHECK(r.status == 0);
   CHECK(r.output.find("download [") == std::string::npos);
+}
+
+TEST_CASE("hub: a diffusers pipeline: model_index.json, each component's config and weights, the known small files") {
+  TempDir t;
+  const fs::path src = sharded_pipeline_repo(t / "sd-repo");
+  HubServer hub(t.path(), {{"repos", repos({{"org/sd", src}})}});
+  const fs::path home = t / "hf";
+  RunResult r = mobius_cli(hub_env(hub, home), "download -q org/sd");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string commit = only_commit(home, "org/sd");
+  const fs::path snap = repo_dir(home, "org/sd") / "snapshots" / commit;
+  // `download` prints the snapshot folder, which is a pipeline folder the build takes.
+  CHECK(r.output == snap.string() + "\n");
+  check_layout(home, "org/sd", sharded_pipeline_files(true));
+  for (const std::string& f : sharded_pipeline_files(true)) CHECK(read_text(snap / f) == read_text(src / f));
+  CHECK_FALSE(fs::exists(snap / "custom"));  // no file of it has a known name: it stays empty
+  CHECK_FALSE(fs::exists(snap / "config.json"));
+
+  nlohmann::json log = hub.log();
+  INFO(log.dump(1));
+  std::map<std::string, int> heads;
+  for (const auto& e : requests(log, "hub")) {
+    const std::string f = e["file"];
+    if (e["method"] == "HEAD")
+      heads[f]++;
+    else  // small files come from the hub itself, weights from the CDN
+      CHECK_MESSAGE(!f.ends_with(".safetensors"), f);
+  }
+  for (const auto& [f, n] : heads) CHECK_MESSAGE(n == 1, f);
+  CHECK(heads.count("config.json"));
+  CHECK(heads.count("model_index.json"));
+  for (const auto& [f, n] : heads) {
+    CAPTURE(f);
+    // Nothing of an absent ([null, null]) component, of a folder the index does not list, or of
+    // a lower-ranked weight format once one is found.
+    CHECK(f.rfind("safety_checker/", 0) != 0);
+    CHECK(f.rfind("extra/", 0) != 0);
+    CHECK(f != "README.md");
+    CHECK(f.find(".bin") == std::string::npos);
+    CHECK(f.find("fp16") == std::string::npos);
+  }
+  // A model component's weights are looked for in order: the first name present wins.
+  std::vector<std::string> te_weights;
+  for (const auto& e : requests(log, "hub", "HEAD")) {
+    const std::string f = e["file"];
+    if (f.rfind("text_encoder/", 0) == 0 && f != "text_encoder/config.json") te_weights.push_back(f);
+  }
+  CHECK(te_weights == std::vector<std::string>{"text_encoder/diffusion_pytorch_model.safetensors.index.json",
+                                               "text_encoder/diffusion_pytorch_model.safetensors",
+                                               "text_encoder/pytorch_model.safetensors.index.json",
+                                               "text_encoder/pytorch_model.safetensors",
+                                               "text_encoder/model.safetensors.index.json",
+                                               "text_encoder/model.safetensors"});
+  // The tokenizer and scheduler folders are probed for their known files only, never as models'.
+  CHECK(heads.count("tokenizer/config.json"));
+  CHECK(heads.count("tokenizer/vocab.json"));
+  CHECK(heads.count("custom/tokenizer.json"));
+  CHECK_FALSE(heads.count("tokenizer/model.safetensors"));
+  std::map<std::string, int> gets;
+  for (const auto& e : requests(log, "cdn", "GET")) gets[e["file"]]++;
+  CHECK(gets == std::map<std::string, int>{{"text_encoder/model.safetensors", 1},
+                                           {"unet/diffusion_pytorch_model-00001-of-00002.safetensors", 1},
+                                           {"unet/diffusion_pytorch_model-00002-of-00002.safetensors", 1},
+                                           {"vae/diffusion_pytorch_model.safetensors", 1}});
+  // Absent files are recorded as huggingface_hub records them, under their component's folder.
+  const fs::path no_exist = repo_dir(home, "org/sd") / ".no_exist" / commit;
+  for (const char* f : {"config.json", "tokenizer/config.json", "scheduler/config.json", "custom/config.json",
+                        "vae/diffusion_pytorch_model.safetensors.index.json", "tokenizer/tokenizer.json"})
+    CHECK_MESSAGE(fs::exists(no_exist / f), f);
+
+  // Again: two HEADs (config.json, then model_index.json at main), everything else cached or
+  // known to be absent.
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/sd");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output == snap.string() + "\n");
+  log = hub.log();
+  CHECK(log.size() == 2);
+  // At the commit itself, not even those.
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/sd@" + commit);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output == snap.string() + "\n");
+  CHECK(hub.log().empty());
+
+  // Offline, with an endpoint nobody listens on: the snapshot, from the cache alone.
+  const std::string offline = "HF_HUB_OFFLINE=1 HF_ENDPOINT=http://127.0.0.1:1 HF_HOME=" + quote(home.string());
+  r = mobius_cli(offline, "download -q org/sd");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output == snap.string() + "\n");
+
+  // Offline, what is missing is named: a shard, a component's weights, a whole component, the index.
+  struct Gap {
+    std::vector<std::string> remove;
+    std::string message;
+  };
+  for (const Gap& g : std::vector<Gap>{
+           {{"unet/diffusion_pytorch_model-00002-of-00002.safetensors"},
+            "shard 'unet/diffusion_pytorch_model-00002-of-00002.safetensors' of org/sd is not in the cache"},
+           {{"text_encoder/model.safetensors"}, "the weights of component 'text_encoder' of org/sd ("},
+           {{"vae"}, "component 'vae' of org/sd is not in the cache (no vae/config.json"},
+           {{"model_index.json"}, "config.json (or model_index.json, for a diffusers pipeline) of org/sd is not in the cache"}}) {
+    CAPTURE(g.message);
+    for (const auto& f : g.remove) fs::remove_all(snap / f);
+    r = mobius_cli(offline, "download -q org/sd");
+    CHECK(r.status == 1);
+    CHECK(r.output.find(g.message) != std::string::npos);
+    CHECK(r.output.find("HF_HUB_OFFLINE is set") != std::string::npos);
+    // Online, the links are made again from the blobs that are still there, without a GET.
+    hub.reset();
+    r = mobius_cli(hub_env(hub, home), "download -q org/sd");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(requests(hub.log(), "cdn").empty());
+  }
+  check_layout(home, "org/sd", sharded_pipeline_files(true));
+}
+
+TEST_CASE("hub: a pipeline with --no-weights: configs, tokenizer and scheduler files, no weights") {
+  TempDir t;
+  const fs::path src = sharded_pipeline_repo(t / "sd-repo");
+  HubServer hub(t.path(), {{"repos", repos({{"org/sd", src}})}});
+  const fs::path home = t / "hf";
+  const hub::Config cfg = hub_config(hub, home);
+  HubOptions opts;
+  opts.weights = false;
+  opts.quiet = true;
+  const ModelSource m = hub::online_snapshot(cfg, "org/sd", "main", opts);
+  CHECK(m.repo_id == "org/sd");
+  CHECK(m.commit == only_commit(home, "org/sd"));
+  CHECK(m.dir == repo_dir(home, "org/sd") / "snapshots" / m.commit);
+  check_layout(home, "org/sd", sharded_pipeline_files(false));
+  nlohmann::json log = hub.log();
+  INFO(log.dump(1));
+  CHECK(requests(log, "cdn").empty());
+  for (const auto& e : requests(log, "hub")) {
+    const std::string f = e["file"];
+    CAPTURE(f);
+    CHECK(f.find(".safetensors") == std::string::npos);
+    CHECK(f.find(".bin") == std::string::npos);
+  }
+  // Offline: enough without weights; with them, the first component lacking its weights is named.
+  CHECK(hub::offline_snapshot(cfg, "org/sd", "main", false).dir == m.dir);
+  CHECK_THROWS_WITH_AS(hub::offline_snapshot(cfg, "org/sd", "main", true),
+                       doctest::Contains("the weights of component 'text_encoder' of org/sd"), Error);
+  // The build takes the snapshot as a pipeline: every graph, with zeros for weights.
+  RunResult r = mobius_cli(hub_env(hub, home), "build -q --no-weights --model org/sd " + quote((t / "out").string()));
+  INFO(r.output);
+  CHECK(r.status == 0);
+  for (const char* g : {"text_encoder", "unet", "vae_encoder", "vae_decoder"})
+    CHECK_MESSAGE(fs::exists(t / "out" / g / "model.onnx"), g);
+  CHECK(requests(hub.log(), "cdn").empty());
+}
+
+TEST_CASE("hub: a hostile model_index.json or component index is refused before anything is asked for it") {
+  TempDir t;
+  nlohmann::json rs = nlohmann::json::object();
+  const std::vector<std::string> bad_names = {"..", ".", ".git", "unet/../x", "/etc", "a\\b", "sub/unet",
+                                              std::string("x\x1b[2J"), std::string(200, 'u')};
+  for (size_t i = 0; i < bad_names.size(); ++i) {
+    const fs::path d = t / ("bad" + std::to_string(i));
+    fs::create_directories(d / "unet");
+    fs::copy(sd_golden("sd15-tiny") / "unet" / "config.json", d / "unet" / "config.json");
+    write_text(d / "model_index.json",
+               nlohmann::json({{"_class_name", "StableDiffusionPipeline"},
+                               {"unet", {"diffusers", "UNet2DConditionModel"}},
+                               {bad_names[i], {"diffusers", "UNet2DConditionModel"}}})
+                   .dump());
+    rs["org/bad" + std::to_string(i)] = {{"dir", d.string()}};
+  }
+  // A component whose index names a shard outside the component's folder.
+  const fs::path escape = t / "escape";
+  copy_dir(sd_golden("sd15-tiny"), escape);
+  write_text(escape / "unet" / "diffusion_pytorch_model.safetensors.index.json",
+             R"({"weight_map": {"a": "diffusion_pytorch_model-00001-of-00002.safetensors", "b": "../text_encoder/model.safetensors"}})");
+  rs["org/escape"] = {{"dir", escape.string()}};
+  const fs::path shape = t / "shape";
+  fs::create_directories(shape);
+  write_text(shape / "model_index.json", R"({"_class_name": "X", "unet": ["diffusers"]})");
+  rs["org/shape"] = {{"dir", shape.string()}};
+  const fs::path neither = t / "neither";
+  fs::create_directories(neither);
+  write_text(neither / "README.md", "# nothing to build");
+  rs["org/neither"] = {{"dir", neither.string()}};
+  HubServer hub(t.path(), {{"repos", rs}});
+  const fs::path home = t / "hf";
+
+  for (size_t i = 0; i < bad_names.size(); ++i) {
+    const std::string repo = "org/bad" + std::to_string(i);
+    CAPTURE(repo);
+    hub.reset();
+    RunResult r = mobius_cli(hub_env(hub, home), "build -q --model " + repo + " " + quote((t / "out").string()));
+    CHECK(r.status == 1);
+    const std::string commit = only_commit(home, repo);
+    CHECK(r.output.find("[hub] " + repo + " (commit " + commit + "): model_index.json: component " +
+                        quote_name(bad_names[i]) + " is not a folder name") != std::string::npos);
+    CHECK(r.output.find("nothing was requested for it") != std::string::npos);
+    CHECK(r.output.find('\x1b') == std::string::npos);
+    // Nothing of any component was asked, not even of the good one: the index is read whole first.
+    for (const auto& e : hub.log()) {
+      CHECK((e["file"] == "config.json" || e["file"] == "model_index.json"));
+    }
+    CHECK_FALSE(fs::exists(repo_dir(home, repo) / "refs" / "main"));
+    CHECK_FALSE(fs::exists(t / "out"));
+    // Offline, at the commit the index came from, the same refusal.
+    r = mobius_cli("HF_HUB_OFFLINE=1 HF_HOME=" + quote(home.string()), "download -q " + repo + "@" + commit);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("is not a folder name") != std::string::npos);
+  }
+
+  hub.reset();
+  RunResult r = mobius_cli(hub_env(hub, home), "download -q org/escape");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("[hub] org/escape (commit " + only_commit(home, "org/escape") +
+                      "): unet/diffusion_pytorch_model.safetensors.index.json: shard "
+                      "'../text_encoder/model.safetensors' is not a relative file name inside the "
+                      "component folder 'unet/'") != std::string::npos);
+  for (const auto& e : hub.log()) {
+    const std::string f = e["file"].is_string() ? e["file"].get<std::string>() : "";
+    CHECK(f.find("00001-of-00002") == std::string::npos);  // refused before any shard was asked
+    CHECK(e["path"].get<std::string>().find("..") == std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(repo_dir(home, "org/escape") / "refs" / "main"));
+
+  r = mobius_cli(hub_env(hub, home), "download -q org/shape");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("model_index.json: component 'unet': expected [library, class], got 1 entries") !=
+        std::string::npos);
+
+  // Neither config.json nor model_index.json: the language model's message, with the other name.
+  r = mobius_cli(hub_env(hub, home), "download -q org/neither");
+  CHECK(r.status == 1);
+  CHECK(r.output.find("org/neither: 'config.json' does not exist in the repository, nor does "
+                      "'model_index.json' (a diffusers pipeline's index)") != std::string::npos);
+  CHECK(hub::is_component_name("text_encoder_2"));
+  CHECK(hub::is_component_name("unet.v2"));
+  CHECK_FALSE(hub::is_component_name(""));
+  CHECK_FALSE(hub::is_component_name(".unet"));
+}
+
+TEST_CASE("hub: `mobius build --model org/sd` of a diffusers pipeline equals the build from the folder; offline too") {
+  TempDir t;
+  const fs::path sd = sd_golden("sd15-tiny");
+  HubServer hub(t.path(), {{"repos", repos({{"org/sd", sd}})}});
+  const fs::path home = t / "hf";
+  RunResult r = mobius_cli(hub_env(hub, home), "build --model org/sd " + quote((t / "out").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  REQUIRE(local_build(sd, t / "local").status == 0);
+  for (const char* g : {"text_encoder", "unet", "vae_encoder", "vae_decoder"}) {
+    CAPTURE(g);
+    REQUIRE(fs::exists(t / "out" / g / "model.onnx"));
+    CHECK(read_text(t / "out" / g / "model.onnx") == read_text(t / "local" / g / "model.onnx"));
+    CHECK(read_text(t / "out" / g / "model.onnx.data") == read_text(t / "local" / g / "model.onnx.data"));
+  }
+  for (const char* f : {"model_index.json", "tokenizer/vocab.json", "tokenizer/merges.txt",
+                        "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json",
+                        "scheduler/scheduler_config.json"})
+    CHECK_MESSAGE(read_text(t / "out" / f) == read_text(sd / f), f);
+  nlohmann::json prov = nlohmann::json::parse(read_text(t / "out" / "mobius_provenance.json"));
+  CHECK(prov["pipeline"] == "StableDiffusionPipeline");
+  CHECK(prov["source"]["repo"] == "org/sd");
+  CHECK(prov["source"]["revision"] == "main");
+  CHECK(prov["source"]["commit"] == only_commit(home, "org/sd"));
+  CHECK(prov["skipped"].empty());
+  // Only what the build needs was fetched: not the golden case's own files.
+  std::set<std::string> asked;
+  for (const auto& e : hub.log()) asked.insert(e["file"].get<std::string>());
+  CHECK_FALSE(asked.count("case.json"));
+  CHECK_FALSE(asked.count("reference.safetensors"));
+  check_layout(home, "org/sd",
+               {"model_index.json", "text_encoder/config.json", "text_encoder/model.safetensors", "unet/config.json",
+                "unet/diffusion_pytorch_model.safetensors", "vae/config.json", "vae/diffusion_pytorch_model.safetensors",
+                "scheduler/scheduler_config.json", "tokenizer/merges.txt", "tokenizer/special_tokens_map.json",
+                "tokenizer/tokenizer_config.json", "tokenizer/vocab.json"});
+
+  // Offline, with an endpoint nobody listens on: the same build from the cache alone.
+  hub.reset();
+  r = mobius_cli("HF_HUB_OFFLINE=1 HF_ENDPOINT=http://127.0.0.1:1 HF_HOME=" + quote(home.string()),
+                 "build -q --model org/sd " + quote((t / "out-offline").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  for (const char* g : {"text_encoder", "unet", "vae_encoder", "vae_decoder"})
+    CHECK(read_text(t / "out-offline" / g / "model.onnx.data") == read_text(t / "local" / g / "model.onnx.data"));
+  CHECK(hub.log().empty());
 }

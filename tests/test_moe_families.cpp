@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <map>
 
 #include "golden_util.hpp"
@@ -288,4 +290,73 @@ TEST_CASE("moe families: configs and checkpoints that do not fit fail before any
                   "checkpoint has no tensor 'model.layers.0.self_attn.sinks'");
   expect_rejected("gpt-oss-tiny", [](auto& c) { c["num_local_experts"] = 4; }, {},
                   "'model.layers.0.mlp.experts.gate_up_proj'");
+}
+
+TEST_CASE("moe families: int8/int4 builds store expert banks block-quantized, within a step") {
+  // Every expert's rows are MatMulNBits' symmetric blocks, seen as [matrices, rows, packed row]
+  // for GatherBlockQuantized: dequantized, each weight is within a step of the checkpoint's
+  // (half a step rounding; the code range is one short on the side opposite a block's largest
+  // magnitude, which maps to -2^(bits-1), so a weight there may be clipped by up to one step).
+  // A misplaced byte, nibble or scale would be off by many steps.
+  for (int bits : {8, 4}) {
+    CAPTURE(bits);
+    TempDir t;
+    RunResult r = build_cli(golden("qwen3-moe-tiny"), t / "out",
+                            "--runtime onnxruntime --dtype int" + std::to_string(bits));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    std::map<std::string, int> ops;
+    for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+    int gbq = 0;
+    for (const auto& n : m.graph().node())
+      if (n.op_type() == "Loop")
+        for (const auto& a : n.attribute())
+          for (const auto& b : a.g().node()) gbq += b.op_type() == "GatherBlockQuantized";
+    CHECK(gbq == 4);  // gate/up and down in each of the two sparse layers
+    const std::string data = read_text(t / "out" / "model.onnx.data");
+    std::map<std::string, std::string> bytes;
+    std::map<std::string, std::vector<int64_t>> dims;
+    for (const auto& i : m.graph().initializer()) {
+      uint64_t off = 0, len = 0;
+      for (const auto& e : i.external_data()) {
+        if (e.key() == "offset") off = std::stoull(e.value());
+        if (e.key() == "length") len = std::stoull(e.value());
+      }
+      bytes[i.name()] = data.substr(off, len);
+      dims[i.name()] = dims_of(i);
+    }
+    const std::string bank = "model.layers.0.mlp.experts.down_proj";
+    CHECK(bytes.count(bank) == 0);  // no float bank beside the quantized one
+    const std::string q = bytes.at(bank + "_Q" + std::to_string(bits));
+    const std::string s = bytes.at(bank + "_scales");
+    REQUIRE(dims[bank + "_Q" + std::to_string(bits)] == std::vector<int64_t>{8, 64, 32 * bits / 8});
+    REQUIRE(dims[bank + "_scales"] == std::vector<int64_t>{8, 64, 1});
+    auto reader = open_safetensors_checkpoint(golden("qwen3-moe-tiny"));
+    double worst = 0;  // largest error in steps
+    for (int e = 0; e < 8; ++e) {
+      const TensorMeta* meta = reader->find("model.layers.0.mlp.experts." + std::to_string(e) + ".down_proj.weight");
+      REQUIRE(meta);
+      std::vector<float> w(64 * 32);
+      REQUIRE(meta->nbytes == w.size() * 4);
+      reader->read(*meta, w.data());
+      for (int row = 0; row < 64; ++row) {
+        float scale;
+        std::memcpy(&scale, s.data() + (e * 64 + row) * 4, 4);
+        for (int k = 0; k < 32; ++k) {
+          const size_t at = (static_cast<size_t>(e) * 64 + row) * (32 * bits / 8);
+          int code;
+          if (bits == 8) {
+            code = static_cast<uint8_t>(q[at + k]) - 128;
+          } else {
+            const auto b = static_cast<uint8_t>(q[at + k / 2]);
+            code = (k % 2 ? b >> 4 : b & 15) - 8;
+          }
+          worst = std::max(worst, static_cast<double>(std::abs(code * scale - w[row * 32 + k]) / std::abs(scale)));
+        }
+      }
+    }
+    CHECK(worst <= 1.0001);
+    CHECK(worst > 0.1);  // the weights are not on the grid: this measures something
+  }
 }

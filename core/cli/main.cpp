@@ -431,7 +431,7 @@ int main(int argc, char** argv) {
   std::string repo;
   bool download_quiet = false;
   CLI::App* download = app.add_subcommand(
-      "download", "Fetch a hub model's config, tokenizer and weights into the huggingface_hub "
+      "download", "Fetch a hub model's (or diffusers pipeline's) config, tokenizer and weights into the huggingface_hub "
                   "cache; print its snapshot folder");
   download->add_option("repo", repo, "Hugging Face Hub id")->required()->type_name("ORG/NAME[@REV]");
   download->add_option("--revision", revision, "Branch, tag or commit (default: main)")->type_name("REV");

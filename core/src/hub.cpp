@@ -10,6 +10,12 @@
 // drop, retried on 429, 5xx and dropped connections), is checked (size, and sha256 for LFS
 // files), fsynced and renamed to blobs/<etag>; then the snapshot link is made atomically and,
 // once every file is in, refs/<revision> records the commit.
+//
+// A repository without config.json but with model_index.json is a diffusers pipeline: the index
+// is fetched first (its commit pins the rest) and read for its components; each component C is a
+// model when C/config.json exists (its weights are looked for under C/ by every name a diffusers
+// or transformers folder uses, an index's shards relative to C/), else a folder whose known
+// small files (scheduler, feature extractor and tokenizer files) are taken when they exist.
 #include "hub.hpp"
 
 #include <fcntl.h>
@@ -33,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_files.hpp"
 #include "progress.hpp"
 #include "sha256.hpp"
 #include "untrusted.hpp"
@@ -199,10 +206,15 @@ class Session {
   std::vector<std::string> base_headers(const std::string& url) const;
   http::Response request(http::Client& c, bool head, const std::string& url,
                          const std::vector<std::string>& extra, const std::string& file);
-  std::optional<FileMeta> head(http::Client& c, const std::string& file, const std::string& rev);
+  std::optional<FileMeta> head(http::Client& c, const std::string& file, const std::string& rev,
+                               std::string* absent_at = nullptr);
   Probe probe(http::Client& c, const std::string& file, Item* out);
   void probe_all(const std::vector<std::string>& files, bool required);
-  void choose_weights(http::Client& c);
+  void add_item(Item it);
+  void resolve_root(http::Client& c);
+  void fetch_now(http::Client& c, const Item& item);
+  void choose_weights(http::Client& c, const std::string& component);
+  void fetch_pipeline();
   void download_all();
   void fetch(http::Client& c, const Item& item, Progress& pg);
   void publish(const Item& item);
@@ -213,6 +225,10 @@ class Session {
                                    const std::string& file) const;
   [[noreturn]] void fail_missing(const std::string& file) const;
   std::string at() const { return repo_ + (rev_ == "main" ? "" : "@" + printable(rev_)); }
+  // "org/name (commit <hash>): <file>", for what a file of the pinned commit holds.
+  std::string in_commit(const std::string& file) const {
+    return at() + " (commit " + commit_ + "): " + file;
+  }
 
   const Config& cfg_;
   std::string repo_;
@@ -220,6 +236,7 @@ class Session {
   const HubOptions& opts_;
   RepoCache rc_;
   std::string commit_;
+  bool pipeline_ = false;  // model_index.json at the root, no config.json
   std::mutex items_mu_;
   std::vector<Item> items_;  // files to link or download
   std::atomic<bool> stop_{false};
@@ -264,7 +281,10 @@ http::Response Session::request(http::Client& c, bool head, const std::string& u
   }
 }
 
-std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, const std::string& rev) {
+// The file's metadata at rev, or nullopt when the repository has no such file (then *absent_at
+// is the commit the hub named in its answer, when it named one).
+std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, const std::string& rev,
+                                      std::string* absent_at) {
   std::string url = resolve_url(cfg_.endpoint, repo_, rev, file);
   for (int hops = 0;; ++hops) {
     http::Response r = request(c, /*head=*/true, url, {}, file);
@@ -285,7 +305,11 @@ std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, 
     }
     if (r.status >= 200 && r.status < 300) return file_meta(r, url, file);
     const std::string* code = r.header("x-error-code");
-    if (code ? *code == "EntryNotFound" : r.status == 404) return std::nullopt;
+    if (code ? *code == "EntryNotFound" : r.status == 404) {
+      const std::string* commit = r.header("x-repo-commit");
+      if (absent_at && commit && is_commit_hash(*commit)) *absent_at = *commit;
+      return std::nullopt;
+    }
     fail_status(r, url, file, rev);
   }
 }
@@ -312,34 +336,122 @@ void Session::probe_all(const std::vector<std::string>& files, bool required) {
     Item it;
     Probe p = probe(c, files[i], &it);
     if (p == Probe::Missing && required) fail_missing(files[i]);
-    if (p == Probe::Found) {
-      std::lock_guard<std::mutex> l(items_mu_);
-      items_.push_back(std::move(it));
-    }
+    if (p == Probe::Found) add_item(std::move(it));
   });
 }
 
-void Session::choose_weights(http::Client& c) {
-  for (const WeightFormat& f : kWeightFormats) {
+void Session::add_item(Item it) {
+  std::lock_guard<std::mutex> l(items_mu_);
+  items_.push_back(std::move(it));
+}
+
+// A file needed before the others can be named (an index): downloaded now, without a progress bar.
+void Session::fetch_now(http::Client& c, const Item& item) {
+  Progress none(false, 0, 0);
+  fetch(c, item, none);
+}
+
+// The first weights of weight_names(component) the repository has: an index (fetched now, then
+// every shard it names, which must all exist) or the single file. A model or model component
+// without any is an error.
+void Session::choose_weights(http::Client& c, const std::string& component) {
+  const std::vector<WeightNames> names = weight_names(component);
+  for (const WeightNames& f : names) {
     Item idx;
     Probe p = probe(c, f.index, &idx);
     if (p != Probe::Missing) {
-      if (p == Probe::Found) {
-        // The index names the shards: it is needed before they can be asked for.
-        Progress none(false, 0, 0);
-        fetch(c, idx, none);
-      }
-      std::vector<std::string> shards = index_shards(rc_.pointer(commit_, f.index), f.index);
+      if (p == Probe::Found) fetch_now(c, idx);  // the index names the shards
+      std::vector<std::string> shards =
+          index_shards(rc_.pointer(commit_, f.index), in_commit(f.index),
+                       component.empty() ? "the repository"
+                                         : "the component folder " + quote_name(component + "/"));
+      if (!component.empty())
+        for (std::string& s : shards) s = component + "/" + s;
       probe_all(shards, /*required=*/true);
       return;
     }
     Item single;
     p = probe(c, f.single, &single);
-    if (p == Probe::Found) items_.push_back(std::move(single));
+    if (p == Probe::Found) add_item(std::move(single));
     if (p != Probe::Missing) return;
   }
-  throw Error("[hub] " + at() + " has no weights: none of model.safetensors.index.json, "
-              "model.safetensors, pytorch_model.bin.index.json, pytorch_model.bin is in the repository");
+  std::string list;
+  for (const WeightNames& f : names) list += (list.empty() ? "" : ", ") + f.index + ", " + f.single;
+  if (component.empty())
+    throw Error("[hub] " + at() + " has no weights: none of " + list + " is in the repository");
+  throw Error("[hub] " + at() + ": component " + quote_name(component) + " has no weights (" +
+              component + "/config.json is there, so it is a model): none of " + list +
+              " is in the repository");
+}
+
+// Which kind of repository this is, at which commit: config.json at rev makes a model; else
+// model_index.json makes a pipeline (its commit pins the rest, and it is fetched now, to be read).
+void Session::resolve_root(http::Client& c) {
+  if (is_commit_hash(rev_) && rc_.has_file(rev_, "config.json")) {
+    commit_ = rev_;
+    return;
+  }
+  if (is_commit_hash(rev_) && rc_.has_file(rev_, kModelIndex) && rc_.known_missing(rev_, "config.json")) {
+    commit_ = rev_;
+    pipeline_ = true;
+    return;
+  }
+  std::string absent_at;
+  std::optional<FileMeta> m = head(c, "config.json", rev_, &absent_at);
+  if (m) {
+    if (is_commit_hash(rev_) && m->commit != rev_)
+      throw Error(ErrorKind::Io, "[hub] " + at() + ": config.json was served from commit " + m->commit);
+    commit_ = m->commit;
+    add_item(Item{"config.json", std::move(*m)});
+    return;
+  }
+  std::optional<FileMeta> p = head(c, kModelIndex, rev_);
+  if (!p)
+    throw Error("[hub] " + at() + ": 'config.json' does not exist in the repository, nor does '" +
+                kModelIndex + "' (a diffusers pipeline's index): it is neither a model nor a pipeline");
+  if (is_commit_hash(rev_) && p->commit != rev_)
+    throw Error(ErrorKind::Io, "[hub] " + at() + ": " + kModelIndex + " was served from commit " + p->commit);
+  commit_ = p->commit;
+  if (absent_at == commit_) {
+    rc_.mark_missing(commit_, "config.json");
+  } else {
+    // The hub named no commit for the missing config.json, or the branch moved between the two
+    // requests: the commit model_index.json came from decides.
+    Item cfg;
+    Probe pr = probe(c, "config.json", &cfg);
+    if (pr != Probe::Missing) {
+      if (pr == Probe::Found) add_item(std::move(cfg));
+      return;
+    }
+  }
+  pipeline_ = true;
+  fetch_now(c, Item{kModelIndex, std::move(*p)});
+}
+
+// A pipeline's components: C/config.json of each (a model when it exists); the known small files
+// of the others; the weights of the models.
+void Session::fetch_pipeline() {
+  const std::vector<std::string> comps =
+      pipeline_components(rc_.pointer(commit_, kModelIndex), in_commit(kModelIndex));
+  std::vector<char> is_model(comps.size(), 0);
+  run_parallel(comps.size(), kWorkers, stop_, [&](size_t i, http::Client& c) {
+    Item it;
+    Probe p = probe(c, comps[i] + "/config.json", &it);
+    is_model[i] = p != Probe::Missing;
+    if (p == Probe::Found) add_item(std::move(it));
+  });
+  std::vector<std::string> small, models;
+  for (size_t i = 0; i < comps.size(); ++i) {
+    if (is_model[i]) {
+      models.push_back(comps[i]);
+      continue;
+    }
+    for (const std::string& f : component_files()) small.push_back(comps[i] + "/" + f);
+  }
+  probe_all(small, /*required=*/false);
+  if (opts_.weights)
+    run_parallel(models.size(), kWorkers, stop_,
+                 [&](size_t i, http::Client& c) { choose_weights(c, models[i]); });
 }
 
 void Session::publish(const Item& it) {
@@ -553,22 +665,18 @@ void Session::download_all() {
 
 ModelSource Session::run() {
   http::Client c;
-  if (is_commit_hash(rev_) && rc_.has_file(rev_, "config.json")) {
-    commit_ = rev_;
+  resolve_root(c);
+  if (pipeline_) {
+    fetch_pipeline();
   } else {
-    std::optional<FileMeta> m = head(c, "config.json", rev_);
-    if (!m) fail_missing("config.json");
-    if (is_commit_hash(rev_) && m->commit != rev_)
-      throw Error(ErrorKind::Io, "[hub] " + at() + ": config.json was served from commit " + m->commit);
-    commit_ = m->commit;
-    items_.push_back(Item{"config.json", std::move(*m)});
+    probe_all(optional_files(), /*required=*/false);
+    if (opts_.weights) choose_weights(c, "");
   }
-  probe_all(optional_files(), /*required=*/false);
-  if (opts_.weights) choose_weights(c);
   download_all();
   if (rev_ != commit_) rc_.write_ref(rev_, commit_);
-  if (!rc_.has_file(commit_, "config.json"))
-    throw Error(ErrorKind::Io, "[hub] " + rc_.pointer(commit_, "config.json").string() +
+  const char* root = pipeline_ ? kModelIndex : "config.json";
+  if (!rc_.has_file(commit_, root))
+    throw Error(ErrorKind::Io, "[hub] " + rc_.pointer(commit_, root).string() +
                                    " is missing after the download");
   if (!opts_.quiet && fetched_files_)
     std::fprintf(stderr, "mobius: %s: fetched %zu file%s (%s) of commit %s into %s\n", at().c_str(),
@@ -632,7 +740,7 @@ void Session::fail_transport(const http::TransportError& e, const std::string& u
                     http::origin_of(url) + " (" + file + " of " + at() + "): " + printable(e.what());
   if (endpoint && std::getenv("HF_ENDPOINT")) msg += "; HF_ENDPOINT is " + quote_name(cfg_.endpoint);
   std::optional<std::string> cached = is_commit_hash(rev_) ? std::optional(rev_) : rc_.read_ref(rev_);
-  if (cached && rc_.has_file(*cached, "config.json"))
+  if (cached && (rc_.has_file(*cached, "config.json") || rc_.has_file(*cached, kModelIndex)))
     msg += "; the cache has " + at() + " (commit " + *cached + "): set HF_HUB_OFFLINE=1 to build from it";
   else
     msg += "; check the network and any proxy (HTTPS_PROXY)";
@@ -675,17 +783,76 @@ FileMeta file_meta(const http::Response& r, const std::string& url, const std::s
   return m;
 }
 
-std::vector<std::string> index_shards(const fs::path& index_file, const std::string& display) {
-  constexpr TextLimits kIndexLimits{100u << 20, 64, 1u << 24};
-  std::ifstream in(index_file, std::ios::binary);
-  if (!in) throw Error("[hub] cannot read " + index_file.string());
+namespace {
+
+// The whole text of a cached file of at most max_bytes (a whole number of MiB).
+std::string read_limited(const fs::path& file, const std::string& display, size_t max_bytes) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error("[hub] cannot read " + file.string());
   std::string text;
   char buf[1 << 16];
   while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
     text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kIndexLimits.max_bytes)
-      throw Error("[hub] " + display + ": larger than " + std::to_string(kIndexLimits.max_bytes >> 20) + " MiB");
+    if (text.size() > max_bytes)
+      throw Error("[hub] " + display + ": larger than " + std::to_string(max_bytes >> 20) + " MiB");
   }
+  return text;
+}
+
+}  // namespace
+
+bool is_component_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
+std::vector<std::string> pipeline_components(const fs::path& index_file, const std::string& display) {
+  constexpr TextLimits kIndexLimits{1u << 20, 64, 1u << 16};
+  const std::string text = read_limited(index_file, display, kIndexLimits.max_bytes);
+  const nlohmann::json j = parse_json_limited(text, display, kIndexLimits, "hub");
+  if (!j.is_object()) throw Error("[hub] " + display + ": not a JSON object");
+  std::vector<std::string> out;
+  for (const auto& [key, value] : j.items()) {
+    if (key.empty() || key[0] == '_') continue;  // _class_name, _diffusers_version, ...
+    if (!value.is_array()) continue;             // settings such as requires_safety_checker
+    const std::string where = "[hub] " + display + ": component " + quote_name(key);
+    if (value.size() != 2)
+      throw Error(where + ": expected [library, class], got " + std::to_string(value.size()) +
+                  " entries; nothing was requested for it");
+    if (value[0].is_null() && value[1].is_null()) continue;  // an optional component left out
+    if (!value[0].is_string() || !value[1].is_string())
+      throw Error(where + ": expected [library, class] as two strings or two nulls; nothing was "
+                          "requested for it");
+    if (!is_component_name(key))
+      throw Error(where + " is not a folder name (letters, digits, '_', '-' and '.', not starting "
+                          "with '.'): it would not be a folder of the pipeline; nothing was "
+                          "requested for it");
+    out.push_back(key);
+  }
+  if (out.size() > kMaxComponents)
+    throw Error("[hub] " + display + ": more than " + std::to_string(kMaxComponents) + " components");
+  return out;
+}
+
+std::vector<WeightNames> weight_names(const std::string& component) {
+  std::vector<WeightNames> v;
+  if (component.empty()) {
+    for (const WeightFormat& f : kWeightFormats) v.push_back({f.index, f.single});
+  } else {
+    for (const CheckpointFormat& f : ::mobius::kWeightFormats)
+      v.push_back({component + "/" + f.index_name, component + "/" + f.single_name});
+  }
+  return v;
+}
+
+std::vector<std::string> index_shards(const fs::path& index_file, const std::string& display,
+                                      const std::string& scope) {
+  constexpr TextLimits kIndexLimits{100u << 20, 64, 1u << 24};
+  const std::string text = read_limited(index_file, display, kIndexLimits.max_bytes);
   nlohmann::json j = parse_json_limited(text, display, kIndexLimits, "hub");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error("[hub] " + display + ": no 'weight_map' object");
@@ -696,9 +863,8 @@ std::vector<std::string> index_shards(const fs::path& index_file, const std::str
     const std::string& s = shard.get_ref<const std::string&>();
     // Names are shown in messages as they are: nothing printable() would escape or cut.
     if (!is_safe_repo_path(s) || printable(s, 1024) != s)
-      throw Error("[hub] " + display + ": shard " + quote_name(s) +
-                  " is not a relative file name inside the repository (absolute, '..' or a bad "
-                  "character); nothing was requested for it");
+      throw Error("[hub] " + display + ": shard " + quote_name(s) + " is not a relative file name inside " +
+                  scope + " (absolute, '..' or a bad character); nothing was requested for it");
     names.insert(s);
   }
   if (names.empty()) throw Error("[hub] " + display + ": the weight_map lists no shard");
@@ -712,6 +878,40 @@ std::string resolve_url(const std::string& endpoint, const std::string& repo,
          http::url_encode(file, true);
 }
 
+namespace {
+
+// The weights of the model (component empty) or model component at commit are in the cache: the
+// first index of weight_names with every shard it names, or a single file. Throws the offline
+// error naming what is missing.
+void check_offline_weights(const Config& cfg, const RepoCache& rc, const std::string& commit,
+                           const std::string& at, const std::string& component) {
+  const std::string snap = rc.snapshot(commit).string();
+  const std::string prefix = component.empty() ? "" : component + "/";
+  for (const WeightNames& f : weight_names(component)) {
+    if (rc.has_file(commit, f.index)) {
+      const std::string display = at + " (commit " + commit + "): " + f.index;
+      for (const std::string& s :
+           index_shards(rc.pointer(commit, f.index), display,
+                        component.empty() ? "the repository"
+                                          : "the component folder " + quote_name(prefix)))
+        if (!rc.has_file(commit, prefix + s))
+          fail_offline(cfg, rc.repo_id(), "shard " + quote_name(prefix + s) + " of " + at +
+                                              " is not in the cache (" + snap + ")");
+      return;
+    }
+    if (rc.has_file(commit, f.single)) return;
+  }
+  if (component.empty())
+    fail_offline(cfg, rc.repo_id(), "the weights of " + at + " (model.safetensors, or its index, or pytorch_model.bin) are not in the cache (" +
+                                        snap + ")");
+  fail_offline(cfg, rc.repo_id(),
+               "the weights of component " + quote_name(component) + " of " + at + " (" + prefix +
+                   "diffusion_pytorch_model.safetensors, or another name diffusers or transformers "
+                   "gives weights, or its index) are not in the cache (" + snap + ")");
+}
+
+}  // namespace
+
 ModelSource offline_snapshot(const Config& cfg, const std::string& repo, const std::string& revision,
                              bool weights) {
   RepoCache rc(cfg.cache, repo);
@@ -721,26 +921,24 @@ ModelSource offline_snapshot(const Config& cfg, const std::string& repo, const s
   if (!commit || !fs::is_directory(rc.snapshot(*commit), ec))
     fail_offline(cfg, repo, at + " is not in the cache " + cfg.cache.string());
   const fs::path snap = rc.snapshot(*commit);
-  if (!rc.has_file(*commit, "config.json"))
-    fail_offline(cfg, repo, "config.json of " + at + " is not in the cache (" + snap.string() + ")");
-  if (weights) {
-    bool found = false;
-    for (const WeightFormat& f : kWeightFormats) {
-      if (rc.has_file(*commit, f.index)) {
-        for (const std::string& s : index_shards(rc.pointer(*commit, f.index), f.index))
-          if (!rc.has_file(*commit, s))
-            fail_offline(cfg, repo, "shard " + quote_name(s) + " of " + at + " is not in the cache (" + snap.string() + ")");
-        found = true;
-        break;
-      }
-      if (rc.has_file(*commit, f.single)) {
-        found = true;
-        break;
+  if (rc.has_file(*commit, "config.json")) {
+    if (weights) check_offline_weights(cfg, rc, *commit, at, "");
+  } else if (rc.has_file(*commit, kModelIndex)) {
+    // A pipeline: each component a model (its config.json and weights) or a folder of files.
+    for (const std::string& c : pipeline_components(rc.pointer(*commit, kModelIndex),
+                                                    at + " (commit " + *commit + "): " + kModelIndex)) {
+      const std::string config = c + "/config.json";
+      if (rc.has_file(*commit, config)) {
+        if (weights) check_offline_weights(cfg, rc, *commit, at, c);
+      } else if (!rc.known_missing(*commit, config) && !fs::is_directory(snap / c, ec)) {
+        // Neither fetched nor known to be absent: the cache holds no part of the component.
+        fail_offline(cfg, repo, "component " + quote_name(c) + " of " + at + " is not in the cache (no " +
+                                    config + " nor any other file of " + c + "/ in " + snap.string() + ")");
       }
     }
-    if (!found)
-      fail_offline(cfg, repo, "the weights of " + at + " (model.safetensors, or its index, or pytorch_model.bin) are not in the cache (" +
-                                  snap.string() + ")");
+  } else {
+    fail_offline(cfg, repo, "config.json (or model_index.json, for a diffusers pipeline) of " + at +
+                                " is not in the cache (" + snap.string() + ")");
   }
   return ModelSource{snap, repo, revision, *commit};
 }

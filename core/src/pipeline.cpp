@@ -198,8 +198,13 @@ MultiGraphPackage build_pipeline(const fs::path& dir, const BuildOptions& opts,
   for (const auto& c : idx.components) {
     const std::string what = c.library + " " + c.cls;
     if (!component_folder(root, c.name)) {
-      out.skipped_.push_back({c.name, "model_index.json lists it (" + what + ") but the pipeline "
-                                      "has no folder " + quote_name(c.name)});
+      std::error_code ec;
+      const bool link = fs::is_symlink(root.path() / c.name, ec);
+      out.skipped_.push_back(
+          {c.name, "model_index.json lists it (" + what + ") but " + quote_name(c.name) +
+                       (link ? " is a symbolic link: components are read only from folders "
+                               "inside the pipeline"
+                             : " is not a folder of the pipeline")});
       continue;
     }
     const fs::path sub = root.path() / c.name;

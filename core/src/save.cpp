@@ -719,29 +719,33 @@ void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDiges
 
 }  // namespace
 
+namespace {
+void fill_package(const ModelPackage::Impl& pkg, const SaveOptions& opts, const OutputLayout& layout,
+                  const std::vector<std::pair<std::string, OpenedFile>>& opened, RuntimeFiles& files,
+                  const fs::path& tmp_path);
+}  // namespace
+
 void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
-  fs::path target = fs::absolute(out).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();
-  fs::path parent = target.parent_path();
-  std::string name = target.filename().string();
   const OutputLayout& layout = pkg.layout;
   // Before anything is written: the checkpoint is never replaced, nor a folder holding it, and
   // the runtime files to copy are opened (or refused) now.
-  check_output_folder(target, pkg.source_dir);
+  check_output_folder(out, pkg.source_dir);
   const auto opened = open_runtime_files(pkg.source_dir);
   RuntimeFiles files = runtime_files(opened, *pkg.ctx);
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
-  if (fs::exists(target)) check_replaceable(target);
-  clean_stale_temps(parent, name);
+  save_folder(out, {pkg.source_dir}, [&](const fs::path& tmp_path) {
+    fill_package(pkg, opts, layout, opened, files, tmp_path);
+  });
+}
 
-  TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid())));
-  fs::remove_all(tmp.path(), ec);
-  if (!fs::create_directory(tmp.path(), ec) || ec)
-    throw Error("[save] cannot create " + tmp.path().string() + ": " + ec.message());
-  const fs::path graph_path = tmp.path() / layout.graph;
-  if (graph_path.parent_path() != tmp.path()) {
+namespace {
+
+// The model folder's files, written into `tmp_path` (save_folder puts it in place).
+void fill_package(const ModelPackage::Impl& pkg, const SaveOptions& opts, const OutputLayout& layout,
+                  const std::vector<std::pair<std::string, OpenedFile>>& opened, RuntimeFiles& files,
+                  const fs::path& tmp_path) {
+  std::error_code ec;
+  const fs::path graph_path = tmp_path / layout.graph;
+  if (graph_path.parent_path() != tmp_path) {
     fs::create_directories(graph_path.parent_path(), ec);
     if (ec) throw Error("[save] cannot create " + graph_path.parent_path().string() + ": " + ec.message());
   }
@@ -789,7 +793,7 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
     chunks = chunk_size.size();
     std::vector<std::unique_ptr<Fd>> data;
     for (size_t c = 0; c < chunks; ++c) {
-      data.push_back(std::make_unique<Fd>(tmp.path() / layout.data_file(c), O_RDWR | O_CREAT | O_TRUNC));
+      data.push_back(std::make_unique<Fd>(tmp_path / layout.data_file(c), O_RDWR | O_CREAT | O_TRUNC));
       // The gaps are zeros; a graph-only build is all gaps (a sparse file, no disk blocks).
       data.back()->truncate(chunk_size[c]);
       if (!ctx.options.no_weights) data.back()->allocate(chunk_size[c]);
@@ -815,18 +819,15 @@ void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const Save
     }
   }
   if (layout.runtime == kRuntimeTransformersJs) add_transformers_js_config(files, layout, chunks);
-  write_runtime_files(files, tmp.path());
+  write_runtime_files(files, tmp_path);
   if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
   std::vector<FileDigest> digests;
   for (const auto& f : sources) digests.push_back(f.digest);
-  write_provenance(pkg, digests, {layout.graph}, tmp.path());
+  write_provenance(pkg, digests, {layout.graph}, tmp_path);
   fsync_dir(graph_path.parent_path());
-  fsync_dir(tmp.path());
-
-  put_in_place(tmp.path(), target);
-  tmp.committed();
-  fsync_dir(parent);
 }
+
+}  // namespace
 
 void write_synced_file(const fs::path& p, const std::string& bytes) { write_file_synced(p, bytes); }
 

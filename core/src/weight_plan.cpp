@@ -610,10 +610,13 @@ void set_layout_tile_for_testing(size_t side) { g_tile_side = side; }
 void set_layout_simd_for_testing(bool allowed) { g_layout_simd = allowed; }
 
 std::string layout_problem(const mobius_weight_layout& l, int32_t dtype, size_t rank) {
+  // A quantization's part may also be declared with its rows split over leading dimensions
+  // (same_rows below): rank at least its own.
   auto expect = [&](bool dtype_ok, const char* dtypes, size_t want_rank,
                     const std::string& what) -> std::string {
     if (!dtype_ok) return what + " is " + dtypes + ", not " + dtype_name(dtype);
-    if (rank != want_rank)
+    const bool split = l.kind == MOBIUS_LAYOUT_BLOCK_QUANTIZED && rank >= 2;
+    if (rank != want_rank && !split)
       return what + " has rank " + std::to_string(want_rank) + ", not " + std::to_string(rank);
     return "";
   };
@@ -660,6 +663,23 @@ std::string describe_part(const mobius_weight_layout& l) {
   return std::string(parts[l.part]) + " of a " + std::to_string(l.bits) + "-bit " +
          (l.symmetric ? "symmetric" : "asymmetric") + " quantization in blocks of " +
          std::to_string(l.block_size);
+}
+
+// A block quantization's part declared with another shape for the same bytes, as an operator
+// that gathers whole rows reads it (GatherBlockQuantized: data [E, N/E, K*bits/8] for N rows of
+// E stacked matrices): the same element count, the rows split over leading dimensions and the
+// row cut into equal trailing parts, so that no declared row straddles two of the layout's.
+bool same_rows(const mobius_weight_layout& l, const std::vector<int64_t>& expect,
+               const std::vector<int64_t>& declared) {
+  if (l.kind != MOBIUS_LAYOUT_BLOCK_QUANTIZED || declared.empty()) return false;
+  int64_t count = 1, want = 1, row = 1;
+  for (int64_t d : declared) {
+    if (d <= 0) return false;
+    count *= d;
+  }
+  for (int64_t d : expect) want *= d;
+  for (size_t i = 1; i < expect.size(); ++i) row *= expect[i];
+  return count == want && row % declared.back() == 0;
 }
 
 // What the parts of one quantization share: the tensors, bits, block and symmetry.
@@ -710,7 +730,7 @@ LayoutInput check_layout_input(const PlannedInitializer& init, const StreamingLa
   in.k = static_cast<uint64_t>(in.tensors.front()->shape[1]);
   const std::vector<int64_t> matrix{static_cast<int64_t>(in.n), static_cast<int64_t>(in.k)};
   const std::vector<int64_t> expect = layout_shape(src.layout, matrix[0], matrix[1]);
-  if (expect != init.shape) {
+  if (expect != init.shape && !same_rows(src.layout, expect, init.shape)) {
     // As a direct source's message: the tensors' shape, then what the graph expects.
     std::string what = src.tensors.size() == 1 ? "tensor " : "tensors ";
     for (size_t t = 0; t < src.tensors.size(); ++t)

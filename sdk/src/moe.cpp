@@ -169,13 +169,88 @@ Value GatedExpertBank::bank(Graph& g, const std::string& local) const {
   return v;
 }
 
+bool GatedExpertBank::quantized(const BuildContext& ctx) const {
+  return ctx.weight_bits() > 0 && ctx.ops() == "ort" && ctx.symmetric() &&
+         hidden % ctx.block_size() == 0 && intermediate % ctx.block_size() == 0;
+}
+
+GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::string& local,
+                                                           DType scales) const {
+  BuildContext& ctx = g.context();
+  Graph& main = ctx.graph();
+  const int bits = ctx.weight_bits(), block = ctx.block_size();
+  const std::string base = full_name(local);
+  const std::string data_name = base + "_Q" + std::to_string(bits), scales_name = base + "_scales";
+  if (auto d = main.find_initializer(data_name)) return {*d, *main.find_initializer(scales_name)};
+  std::vector<std::string> sources;
+  int64_t mats = 0, rows = 0, cols = 0;  // [mats, rows, cols] as the checkpoint stores it
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::string x = full_name(std::to_string(e) + ".");
+    if (local == "gate_up_proj") {
+      sources.push_back(x + names.gate + ".weight");
+      sources.push_back(x + names.up + ".weight");
+    } else {
+      sources.push_back(x + names.down + ".weight");
+    }
+  }
+  if (local == "gate_up_proj") {
+    mats = 2 * experts, rows = intermediate, cols = hidden;
+  } else {
+    mats = experts, rows = hidden, cols = intermediate;
+  }
+  // MatMulNBits' symmetric layout of the rows of every expert, seen as [mats, rows, cols packed]:
+  // the layout GatherBlockQuantized reads (zero point 2^(bits-1), low nibble first).
+  Value data = main.initializer(data_name, TensorType(DType::UInt8, {Dim(mats), Dim(rows), Dim(cols * bits / 8)}));
+  Value sc = main.initializer(scales_name, TensorType(scales, {Dim(mats), Dim(rows), Dim(cols / block)}));
+  for (int part : {MOBIUS_QUANT_PART_DATA, MOBIUS_QUANT_PART_SCALES}) {
+    mobius_weight_layout layout{};
+    layout.struct_size = sizeof(layout);
+    layout.kind = MOBIUS_LAYOUT_BLOCK_QUANTIZED;
+    layout.bits = bits;
+    layout.block_size = block;
+    layout.symmetric = 1;
+    layout.part = part;
+    ctx.plan_layout(part == MOBIUS_QUANT_PART_DATA ? data_name : scales_name, sources, layout);
+  }
+  return {data, sc};
+}
+
+// The float rows of bank slices `index` (as Gather along axis 0 would give them) from a
+// quantized bank.
+static Value gather_dequantized(Graph& b, const GatedExpertBank::Quantized& q, Value index,
+                                int64_t rows, int64_t cols, int bits, int block, DType out) {
+  std::vector<Dim> dims;
+  if (index.type().rank_known && !index.type().dims.empty()) dims.push_back(index.type().dims[0]);
+  dims.emplace_back(rows);
+  dims.emplace_back(cols);
+  return b.node("GatherBlockQuantized", {b.outer(q.data), index, b.outer(q.scales)},
+                {TensorType(out, dims)},
+                {Attr("gather_axis", int64_t{0}), Attr("quantize_axis", int64_t{2}),
+                 Attr("block_size", static_cast<int64_t>(block)),
+                 Attr("bits", static_cast<int64_t>(bits))},
+                "com.microsoft")[0];
+}
+
 Value GatedExpertBank::expert(Graph& b, Value e, Value xe) const {
   const DType adt = xe.dtype();
   const int64_t I = intermediate, H = hidden;
-  Value gate_up = b.outer(bank(b, "gate_up_proj"));
-  Value down = b.outer(bank(b, "down_proj"));
   // Bank slices 2e and 2e+1 are e's gate and up rows; reshaping the gathered copy is free.
   Value rows = Add(Mul(e, Int(b, 2)), Ints(b, {0, 1}));
+  BuildContext& ctx = b.context();
+  if (quantized(ctx)) {
+    // Block-quantized banks (--dtype int4/int8): only expert e's rows are dequantized.
+    const int bits = ctx.weight_bits(), block = ctx.block_size();
+    Value wgu = Reshape(gather_dequantized(b, quantized_bank(b, "gate_up_proj", adt), rows, I, H,
+                                           bits, block, adt),
+                        {2 * I, H});
+    Value gu = MatMul(wgu, Transpose(xe, {1, 0}));  // [2I, n]
+    auto parts = Split(gu, {I, I}, 0);
+    Value mid = Mul(activation(act, parts[0]), parts[1]);  // [I, n]
+    Value wd = gather_dequantized(b, quantized_bank(b, "down_proj", adt), e, H, I, bits, block, adt);
+    return Transpose(MatMul(wd, mid), {1, 0});  // [n, H]
+  }
+  Value gate_up = b.outer(bank(b, "gate_up_proj"));
+  Value down = b.outer(bank(b, "down_proj"));
   Value wgu = Reshape(Cast(Gather(gate_up, rows, 0), adt), {2 * I, H});
   // Weights on the left so no weight is ever transposed; only the n token rows are.
   Value gu = MatMul(wgu, Transpose(xe, {1, 0}));  // [2I, n]

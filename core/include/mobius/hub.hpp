@@ -15,7 +15,7 @@ namespace mobius {
 
 struct HubOptions {
   std::string revision;   // branch, tag or commit hash; empty: the id's @REV, else "main"
-  bool weights = true;    // false: config, generation config and tokenizer files only
+  bool weights = true;    // false: config, generation config and tokenizer files only (a pipeline: every component but its weights)
   bool progress = false;  // one progress bar for all files on stderr
   bool quiet = false;     // no notes on stderr
 };

@@ -354,7 +354,10 @@ typedef struct mobius_host_api {
    * concatenated along their first dimension (n = 1: one tensor) and laid out as `layout`
    * says. The initializer's declared dtype and shape must be what the layout produces: for
    * TRANSPOSED any floating dtype, shape [cols, total rows]; for BLOCK_QUANTIZED the part's
-   * dtype and shape above, with N = total rows and K = cols. */
+   * dtype and shape above, with N = total rows and K = cols, or the same bytes with the N rows
+   * split over leading dimensions and each row cut into equal parts (e.g. [E, N/E, K*bits/8] for
+   * the data of E stacked matrices, read by GatherBlockQuantized, when K is a multiple of the
+   * block size). */
   mobius_status (*plan_layout)(mobius_context* ctx, const char* initializer,
                                const char* const* checkpoint_tensors, size_t n,
                                const mobius_weight_layout* layout);

@@ -87,6 +87,16 @@ class GatedExpertBank : public ExpertBank {
   std::string act;
   MLPNames names;
 
+  // With --dtype int4/int8 (symmetric, ONNX Runtime's operators, hidden and intermediate sizes
+  // whole blocks) the banks are stored block-quantized, MatMulNBits' layout seen as
+  // [matrices, rows, packed row] (`<bank>_Q4` and `<bank>_scales`), and the loop dequantizes
+  // only the experts it runs, with GatherBlockQuantized; otherwise they are float.
+  struct Quantized {
+    Value data, scales;
+  };
+  bool quantized(const BuildContext& ctx) const;
+  Quantized quantized_bank(Graph& g, const std::string& local, DType scales) const;
+
  protected:
   Value expert(Graph& b, Value e, Value xe) const override;
 };

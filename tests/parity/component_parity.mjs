@@ -1,0 +1,258 @@
+// component_parity.mjs - runs one graph of a multi-component golden case (tests/golden-diffusers:
+// text_encoder, unet, vae_encoder, vae_decoder) once in ONNX Runtime (CPU) and compares every
+// output that has a reference with it.
+//
+//   node tests/parity/component_parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR --graph GRAPH
+//                                          [--atol X] [--rtol Y] [--json]
+//
+// The case folder holds case.json (atol, rtol, and graphs.<GRAPH>.outputs.<name>.aliases) and
+// reference.safetensors with the tensors of each graph named <GRAPH>.<tensor>; see
+// tests/golden-diffusers/README.md.
+//
+// Inputs: every input of the model is fed the reference tensor <GRAPH>.<input>, converted to the
+// type the model declares (an int64 reference, such as a timestep, into a float input; float32
+// into a float16 one); a model input without a reference tensor is an error. Reference tensors
+// the model has no input for are left out.
+// Outputs: each model output <name> is compared with <GRAPH>.<name>, or with <GRAPH>.<ref> when
+// case.json lists <name> among graphs.<GRAPH>.outputs.<ref>.aliases; every element must satisfy
+// |onnx - expected| <= atol + rtol * |expected|. The tolerance is case.json's atol/rtol, or
+// --atol/--rtol where they are larger (reduced-precision builds). A model output without a
+// reference is listed and not compared; at least one output must be compared.
+//
+// Exit status: 0 every compared output passed; 1 an output failed, or the model did not load or
+// run, or nothing could be compared; 2 a usage or I/O error, or a model input with no reference.
+// The last line is "component parity: N passed, M failed" (counting outputs).
+import fs from 'fs';
+import path from 'path';
+import { halfToFloat, loadOrt, modelFile, readSafetensors } from './golden_io.mjs';
+
+const USAGE = 'usage: component_parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR --graph GRAPH ' +
+              '[--atol X] [--rtol Y] [--json]';
+
+function die(msg) {
+  process.stderr.write(`component_parity: error: ${msg}\n`);
+  process.exit(2);
+}
+
+function parseArgs(argv) {
+  const a = { json: false };
+  for (let i = 0; i < argv.length; ++i) {
+    const k = argv[i];
+    const next = () => {
+      if (i + 1 >= argv.length) die(`${k} needs a value`);
+      return argv[++i];
+    };
+    if (k === '--model') a.model = next();
+    else if (k === '--case') a.caseDir = next();
+    else if (k === '--graph') a.graph = next();
+    else if (k === '--atol') a.atol = Number(next());
+    else if (k === '--rtol') a.rtol = Number(next());
+    else if (k === '--json') a.json = true;
+    else die(`unknown argument '${k}' (${USAGE})`);
+  }
+  if (!a.model || !a.caseDir || !a.graph) die(USAGE);
+  for (const t of ['atol', 'rtol'])
+    if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
+  return a;
+}
+
+// case.json and reference.safetensors of a case, with the graph's reference tensors.
+function loadComponentCase(caseDir, graph) {
+  const caseFile = path.join(caseDir, 'case.json');
+  if (!fs.existsSync(caseFile)) die(`no case.json in ${caseDir}`);
+  let spec;
+  try {
+    spec = JSON.parse(fs.readFileSync(caseFile, 'utf8'));
+  } catch (e) {
+    die(`${caseFile}: ${e.message}`);
+  }
+  const refFile = path.join(caseDir, 'reference.safetensors');
+  if (!fs.existsSync(refFile)) die(`no reference.safetensors in ${caseDir}`);
+  const ref = readSafetensors(refFile, die);
+  const prefix = `${graph}.`;
+  const tensors = {};
+  for (const [name, t] of Object.entries(ref)) if (name.startsWith(prefix)) tensors[name.slice(prefix.length)] = t;
+  if (!Object.keys(tensors).length) die(`${refFile} has no tensor of graph '${graph}' (no '${prefix}*')`);
+  const outputs = (spec.graphs && spec.graphs[graph] && spec.graphs[graph].outputs) || {};
+  return { tensors, outputs, atol: Number(spec.atol) || 0, rtol: Number(spec.rtol) || 0 };
+}
+
+// float32 -> IEEE half bits, rounding to nearest even (what a float16 graph input takes).
+const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+function floatToHalf(v) {
+  f32[0] = v;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);  // inf, nan
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;  // overflow: inf
+  if (e <= 0) {  // subnormal half (or zero)
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;  // may carry into the exponent: correct
+  return sign | h;
+}
+
+// The reference tensor `t` ({shape, data}) as an ort.Tensor of the model input's type.
+function feedFor(ort, meta, t) {
+  const n = t.data.length;
+  const num = (v) => (typeof v === 'bigint' ? Number(v) : v);
+  const isInt = t.data instanceof BigInt64Array || t.data instanceof Int32Array ||
+                t.data instanceof Int16Array || t.data instanceof Int8Array;
+  switch (meta.type) {
+    case 'int64': return new ort.Tensor('int64', BigInt64Array.from(t.data, (v) => BigInt(Math.round(num(v)))), t.shape);
+    case 'int32': return new ort.Tensor('int32', Int32Array.from(t.data, (v) => Math.round(num(v))), t.shape);
+    case 'float32': return new ort.Tensor('float32', Float32Array.from(t.data, num), t.shape);
+    case 'float64': return new ort.Tensor('float64', Float64Array.from(t.data, num), t.shape);
+    case 'float16': {
+      const bits = new Uint16Array(n);
+      for (let i = 0; i < n; ++i) bits[i] = floatToHalf(num(t.data[i]));
+      return new ort.Tensor('float16', bits, t.shape);
+    }
+    case 'bool': return new ort.Tensor('bool', Uint8Array.from(t.data, (v) => (num(v) ? 1 : 0)), t.shape);
+    default:
+      throw new Error(`input '${meta.name}' has type ${meta.type}, which this harness does not feed` +
+                      (isInt ? ' (the reference is integer)' : ''));
+  }
+}
+
+// An output tensor's values as numbers.
+function asFloat(t) {
+  if (t.type === 'float32' || t.type === 'float64') return t.data;
+  if (t.type === 'float16') {
+    const d = t.data;
+    return d instanceof Uint16Array ? Float32Array.from(d, halfToFloat) : Float32Array.from(d);
+  }
+  if (t.type === 'int64') return Float64Array.from(t.data, (v) => Number(v));
+  if (['int32', 'int16', 'int8', 'uint8', 'bool'].includes(t.type)) return Float64Array.from(t.data, Number);
+  throw new Error(`dtype ${t.type} cannot be compared`);
+}
+
+// The multi-dimensional index of flat position i in a tensor of `shape`.
+function unflatten(i, shape) {
+  const idx = new Array(shape.length);
+  for (let d = shape.length - 1; d >= 0; --d) {
+    idx[d] = i % shape[d];
+    i = Math.floor(i / shape[d]);
+  }
+  return idx;
+}
+
+// The reference name for model output `name`: itself, or the case.json output listing it as an alias.
+function referenceName(name, c) {
+  if (c.tensors[name]) return name;
+  for (const [refName, o] of Object.entries(c.outputs))
+    if (o && Array.isArray(o.aliases) && o.aliases.includes(name) && c.tensors[refName]) return refName;
+  return null;
+}
+
+function compare(name, refName, got, expected, atol, rtol) {
+  const r = { output: name, reference: refName, pass: false, compared: 0, bad: 0, maxAbs: 0, worst: 0, where: null };
+  const shape = expected.shape;
+  if (got.dims.length !== shape.length || got.dims.some((d, i) => d !== shape[i])) {
+    r.error = `shape [${got.dims}] != expected [${shape}]`;
+    return r;
+  }
+  const g = asFloat(got), e = expected.data;
+  let worstAt = -1, worstRatio = -1;
+  for (let i = 0; i < e.length; ++i) {
+    const x = Number(g[i]), y = Number(e[i]);
+    const d = Math.abs(x - y);
+    const tol = atol + rtol * Math.abs(y);
+    r.compared++;
+    const ratio = Number.isNaN(d) ? Infinity : tol > 0 ? d / tol : (d > 0 ? Infinity : 0);
+    if (!(d <= tol)) r.bad++;
+    if (ratio > worstRatio) {
+      worstRatio = ratio;
+      worstAt = i;
+    }
+    if (!(d <= r.maxAbs)) r.maxAbs = Number.isNaN(d) ? Infinity : d;
+  }
+  r.worst = worstRatio;
+  if (worstAt >= 0)
+    r.where = { index: unflatten(worstAt, shape), onnx: Number(g[worstAt]), expected: Number(e[worstAt]) };
+  r.pass = r.bad === 0 && r.compared > 0;
+  if (r.compared === 0) r.error = 'empty output: nothing to compare';
+  return r;
+}
+
+async function run(args, ort) {
+  const c = loadComponentCase(args.caseDir, args.graph);
+  const atol = Math.max(c.atol, args.atol || 0);
+  const rtol = Math.max(c.rtol, args.rtol || 0);
+  const file = modelFile(args.model, die);
+  const report = { graph: args.graph, model: file, atol, rtol, results: [], uncompared: [] };
+  const failAll = (error) => report.results.push({ output: '(model)', pass: false, error });
+
+  let session;
+  try {
+    session = await ort.InferenceSession.create(file, { logSeverityLevel: 3, executionProviders: ['cpu'] });
+  } catch (e) {
+    failAll(`the model does not load: ${e.message}`);
+    return report;
+  }
+  const feeds = {};
+  for (const meta of session.inputMetadata) {
+    const t = c.tensors[meta.name];
+    if (!t) die(`model input '${meta.name}' has no reference tensor '${args.graph}.${meta.name}' in ${args.caseDir}`);
+    try {
+      feeds[meta.name] = feedFor(ort, meta, t);
+    } catch (e) {
+      die(e.message);
+    }
+  }
+  report.inputs = Object.keys(feeds);
+  let out;
+  try {
+    out = await session.run(feeds, { logSeverityLevel: 4 });
+  } catch (e) {
+    failAll(`run failed: ${e.message}`);
+    return report;
+  }
+  for (const name of session.outputNames) {
+    const refName = referenceName(name, c);
+    if (!refName) {
+      report.uncompared.push(name);
+      continue;
+    }
+    report.results.push(compare(name, refName, out[name], c.tensors[refName], atol, rtol));
+  }
+  if (!report.results.length)
+    failAll(`no output of the model (${session.outputNames.join(', ')}) has a reference tensor '${args.graph}.<name>'`);
+  return report;
+}
+
+const args = parseArgs(process.argv.slice(2));
+const ort = loadOrt(die);
+ort.env.logLevel = 'fatal';  // failures are reported by the harness itself
+const report = await run(args, ort);
+let passed = 0, failed = 0;
+const say = (line) => (args.json ? process.stderr : process.stdout).write(line + '\n');
+for (const r of report.results) {
+  r.pass ? passed++ : failed++;
+  if (args.json) continue;
+  const label = `${args.graph}.${r.output}` + (r.reference && r.reference !== r.output ? ` (reference ${r.reference})` : '');
+  if (r.error) {
+    say(`${label}: FAIL: ${r.error}`);
+    continue;
+  }
+  const w = r.where;
+  const at = w ? ` worst at [${w.index.join(', ')}]: onnx ${w.onnx} expected ${w.expected}` : '';
+  say(`${label}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)};${at}; ` +
+      `${r.compared} values (atol ${report.atol}, rtol ${report.rtol})`);
+  if (!r.pass) say(`${label}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);
+}
+for (const name of report.uncompared) if (!args.json) say(`${args.graph}.${name}: no reference, not compared`);
+if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+say(`component parity: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# run_component.sh - one parity test of a diffusers pipeline graph: build one component of a
+# golden pipeline (tests/golden-diffusers) with the mobius CLI (--component), compare it in ONNX
+# Runtime with tests/parity/component_parity.mjs.
+#
+#   run_component.sh CASE GRAPH [f32|f16] [ort|standard]
+#
+# CASE is a folder, or a case name under tests/golden-diffusers; GRAPH is text_encoder, unet,
+# vae_encoder or vae_decoder. Environment (meson sets both):
+#   MOBIUS_CLI          the built mobius executable (required)
+#   MOBIUS_SOURCE_ROOT  the project root, where node_modules/onnxruntime-node is
+# Exit status: 0 only if the build succeeded and every output passed; 77 (skipped) when
+# onnxruntime-node is not installed.
+set -euo pipefail
+
+usage="usage: run_component.sh CASE GRAPH [f32|f16] [ort|standard]"
+[ $# -ge 2 ] && [ $# -le 4 ] || { echo "run_component: $usage" >&2; exit 2; }
+case_dir=$1
+graph=$2
+dtype=${3:-f32}
+ops=${4:-ort}
+case $ops in ort|standard) ;; *) echo "run_component: unknown operator set '$ops'; $usage" >&2; exit 2 ;; esac
+: "${MOBIUS_CLI:?run_component: set MOBIUS_CLI to the built mobius executable}"
+source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
+if [ ! -d "$case_dir" ] && [ -d "$source_root/tests/golden-diffusers/$case_dir" ]; then
+  case_dir="$source_root/tests/golden-diffusers/$case_dir"
+fi
+[ -f "$case_dir/case.json" ] || { echo "run_component: no case.json in $case_dir" >&2; exit 2; }
+if [ ! -f "$source_root/node_modules/onnxruntime-node/package.json" ]; then
+  echo "run_component: SKIP: onnxruntime-node is not installed in $source_root/node_modules (scripts/setup.sh installs it)"
+  exit 77
+fi
+case_dir=$(cd "$case_dir" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-component.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+case $dtype in
+  f32) tolerance=() ;;
+  # The cases' stated f16 tolerance (case.json "f16"): at least 4x what an emulated float16 run
+  # of each graph needs.
+  f16) tolerance=(--atol 2e-2 --rtol 1e-2) ;;
+  *) echo "run_component: unknown dtype '$dtype'; $usage" >&2; exit 2 ;;
+esac
+
+out="$work/pipeline"
+echo "== build: $MOBIUS_CLI build --model $case_dir $out --component $graph --dtype $dtype --ops $ops"
+status=0
+"$MOBIUS_CLI" build --model "$case_dir" "$out" --component "$graph" --dtype "$dtype" --ops "$ops" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "run_component: FAIL: mobius build exited with status $status"
+  exit 1
+fi
+cd "$source_root"
+echo "== parity: node tests/parity/component_parity.mjs --model $out/$graph --case $case_dir --graph $graph ${tolerance[*]}"
+status=0
+node tests/parity/component_parity.mjs --model "$out/$graph" --case "$case_dir" --graph "$graph" "${tolerance[@]}" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "run_component: FAIL: component_parity.mjs exited with status $status"
+  exit 1
+fi
