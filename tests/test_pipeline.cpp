@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "bin_util.hpp"
 #include "golden_util.hpp"
 
 using namespace mobius::test;
@@ -195,4 +196,79 @@ TEST_CASE("pipeline: component weights under each name diffusers and transformer
   RunResult r = build_cli(src, t / "out", "--component unet");
   CHECK(r.status != 0);
   CHECK(r.output.find("diffusion_pytorch_model.safetensors") != std::string::npos);
+}
+
+namespace {
+
+// The float32 tensors of a component's checkpoint, as StTensors.
+std::vector<StTensor> component_tensors(const fs::path& dir) {
+  auto reader = mobius::open_checkpoint(dir);
+  std::vector<StTensor> ts;
+  for (const auto& m : reader->tensors()) {
+    REQUIRE(m.dtype == MOBIUS_DTYPE_FLOAT);
+    StTensor t{m.name, "F32", m.shape, std::vector<uint8_t>(m.nbytes)};
+    reader->read(m, t.bytes.data());
+    ts.push_back(std::move(t));
+  }
+  return ts;
+}
+
+// The pipeline graph `graph` built from `src` against the golden case's reference outputs.
+void check_component_parity(const fs::path& src, const std::string& graph, const fs::path& out) {
+  RunResult r = build_cli(src, out, "--component " + graph);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const fs::path root(env_or_empty("MOBIUS_SOURCE_ROOT"));
+  r = run("cd " + quote(root.string()) + " && node tests/parity/component_parity.mjs --model " +
+          quote((out / graph).string()) + " --case " + quote(sd_case("sd15-tiny").string()) +
+          " --graph " + graph);
+  INFO(r.output);
+  CHECK(r.status == 0);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: a sharded UNet and a legacy .bin VAE build as diffusers loads them") {
+  TempDir t;
+  const fs::path src = copy_pipeline(t / "sd", "sd15-tiny");
+  // The UNet in two shards named by diffusion_pytorch_model.safetensors.index.json.
+  {
+    std::vector<StTensor> ts = component_tensors(src / "unet");
+    fs::remove(src / "unet" / "diffusion_pytorch_model.safetensors");
+    const size_t half = ts.size() / 2;
+    nlohmann::json map;
+    std::vector<StTensor> a(ts.begin(), ts.begin() + half), b(ts.begin() + half, ts.end());
+    const std::string s1 = "diffusion_pytorch_model-00001-of-00002.safetensors";
+    const std::string s2 = "diffusion_pytorch_model-00002-of-00002.safetensors";
+    for (const auto& x : a) map[x.name] = s1;
+    for (const auto& x : b) map[x.name] = s2;
+    write_safetensors(src / "unet" / s1, a);
+    write_safetensors(src / "unet" / s2, b);
+    write_text(src / "unet" / "diffusion_pytorch_model.safetensors.index.json",
+               nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump());
+  }
+  // The VAE as torch.save wrote it (diffusion_pytorch_model.bin), read by the restricted unpickler.
+  {
+    std::vector<StTensor> ts = component_tensors(src / "vae");
+    fs::remove(src / "vae" / "diffusion_pytorch_model.safetensors");
+    std::vector<PklTensor> pk;
+    std::map<std::string, std::string> storages;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      int64_t numel = 1;
+      for (int64_t d : ts[i].shape) numel *= d;
+      std::vector<int64_t> stride(ts[i].shape.size(), 1);
+      for (size_t k = stride.size(); k-- > 1;) stride[k - 1] = stride[k] * ts[i].shape[k];
+      const std::string key = std::to_string(i);
+      pk.push_back({ts[i].name, "FloatStorage", key, numel, 0, ts[i].shape, stride});
+      storages[key] = std::string(ts[i].bytes.begin(), ts[i].bytes.end());
+    }
+    write_text(src / "vae" / "diffusion_pytorch_model.bin", torch_zip(state_dict_pickle(pk), storages));
+  }
+  check_component_parity(src, "unet", t / "out-unet");
+  check_component_parity(src, "vae_decoder", t / "out-vae");
+  nlohmann::json prov =
+      nlohmann::json::parse(read_text(t / "out-vae" / "vae_decoder" / "mobius_provenance.json"));
+  bool bin = false;
+  for (const auto& f : prov["files"]) bin |= f["name"] == "diffusion_pytorch_model.bin";
+  CHECK(bin);
 }
