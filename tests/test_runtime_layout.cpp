@@ -6,6 +6,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "golden_util.hpp"
@@ -244,6 +245,24 @@ TEST_CASE("layout: the provenance hashes every checkpoint file the build read or
   CHECK_FALSE(prov.contains("source"));  // a local folder
 }
 
+// Builds `ckpt` into `out` and checks that the provenance lists the four files of the sharded
+// golden case `src` with their true size and sha256, each from the source `source_of` names.
+void check_digests(const fs::path& ckpt, const fs::path& out, const fs::path& src,
+                   const std::function<const char*(const std::string&)>& source_of) {
+  RunResult r = build_cli(ckpt, out, "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  nlohmann::json prov = read_json(out / "mobius_provenance.json");
+  REQUIRE(prov["files"].size() == 4);
+  for (const auto& f : prov["files"]) {
+    const std::string n = f["name"];
+    CAPTURE(n);
+    CHECK(f["sha256"] == sha256_of(src / n));
+    CHECK(f["size"] == fs::file_size(src / n));
+    CHECK(f["sha256_source"] == source_of(n));
+  }
+}
+
 TEST_CASE("layout: a cache snapshot's LFS files take their sha256 from their blob's name") {
   // A huggingface_hub cache: the shards are links to blobs named by their sha256 (LFS files,
   // checked against that name when downloaded), config.json a link to a blob named by its git
@@ -263,18 +282,9 @@ TEST_CASE("layout: a cache snapshot's LFS files take their sha256 from their blo
     fs::create_symlink("../../blobs/" + b, snapshot / name);
   }
   fs::copy_file(src / "model.safetensors.index.json", snapshot / "model.safetensors.index.json");
-  RunResult r = build_cli(snapshot, t / "out", "--runtime onnxruntime");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  nlohmann::json prov = read_json(t / "out" / "mobius_provenance.json");
-  REQUIRE(prov["files"].size() == 4);
-  for (const auto& f : prov["files"]) {
-    const std::string n = f["name"];
-    CAPTURE(n);
-    CHECK(f["sha256"] == sha256_of(src / n));
-    CHECK(f["size"] == fs::file_size(src / n));
-    CHECK(f["sha256_source"] == (n.rfind("model-", 0) == 0 ? "hub-blob" : "computed"));
-  }
+  check_digests(snapshot, t / "out", src, [](const std::string& n) {
+    return n.rfind("model-", 0) == 0 ? "hub-blob" : "computed";
+  });
 }
 
 TEST_CASE("layout: a local-dir download's metadata gives the sha256 of its LFS files") {
@@ -296,18 +306,9 @@ TEST_CASE("layout: a local-dir download's metadata gives the sha256 of its LFS f
   meta("model-00001-of-00002.safetensors", s1, now);
   meta("model-00002-of-00002.safetensors", std::string(64, 'a'), now - 3600);
   meta("config.json", "a9993e364706816aba3e25717850c26c9cd0d89d", now);
-  RunResult r = build_cli(dir, t / "out", "--runtime onnxruntime");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  nlohmann::json prov = read_json(t / "out" / "mobius_provenance.json");
-  REQUIRE(prov["files"].size() == 4);
-  for (const auto& f : prov["files"]) {
-    const std::string n = f["name"];
-    CAPTURE(n);
-    CHECK(f["sha256"] == sha256_of(src / n));
-    CHECK(f["sha256_source"] ==
-          (n == "model-00001-of-00002.safetensors" ? "hub-download-metadata" : "computed"));
-  }
+  check_digests(dir, t / "out", src, [](const std::string& n) {
+    return n == "model-00001-of-00002.safetensors" ? "hub-download-metadata" : "computed";
+  });
 }
 
 TEST_CASE("layout: external data chunks") {
