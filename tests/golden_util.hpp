@@ -79,4 +79,11 @@ inline onnx::ModelProto load_model(const fs::path& p) {
   return m;
 }
 
+// A node's integer attribute; -1 when it has none.
+inline int64_t attr_int(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.i();
+  return -1;
+}
+
 }  // namespace mobius::test

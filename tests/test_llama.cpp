@@ -91,9 +91,22 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   REQUIRE(r.status == 0);
   onnx::ModelProto m = load_model(t / "out" / "model.onnx");
   std::map<std::string, int> ops;
-  for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+  for (const auto& n : m.graph().node()) {
+    ops[n.op_type()]++;
+    if (n.op_type() == "GroupQueryAttention") {
+      // The packed projection, rotated inside the operator with the caches.
+      CHECK(attr_int(n, "do_rotary") == 1);
+      CHECK(n.input(1).empty());
+      CHECK(n.input(2).empty());
+      CHECK(n.input(7).find("cos_cache") != std::string::npos);
+    }
+    // The operator appends to the cache (in place when GenAI shares it).
+    if (n.op_type() == "Concat")
+      for (const auto& i : n.input()) CHECK(i.rfind("past_key_values", 0) != 0);
+  }
   CHECK(ops["GroupQueryAttention"] == 2);
-  CHECK(ops["RotaryEmbedding"] == 4);
+  CHECK(ops["RotaryEmbedding"] == 0);
+  CHECK(ops["Split"] == 0);
   // Every residual add is one with the norm after it: the pre-MLP norm of each layer, the input
   // norm of layer 1 and the final norm; only layer 0's input norm has no add before it.
   CHECK(ops["SkipSimplifiedLayerNormalization"] == 4);
@@ -101,7 +114,6 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   CHECK(ops["Add"] == 0);
   CHECK(ops["Softmax"] == 0);
   CHECK(ops["Transpose"] == 0);
-  CHECK(ops["Concat"] == 0);  // the operator appends to the cache (in place when GenAI shares it)
   CHECK(m.graph().node_size() < 80);
   CHECK(folded_at_load(m).empty());
   // One pair of rotary caches [max_position_embeddings, head_dim / 2], made while streaming.
@@ -115,16 +127,17 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   // GenAI may give the operator one buffer for past and present.
   CHECK(nlohmann::json::parse(read_text(t / "out" / "genai_config.json"))["search"]
              ["past_present_share_buffer"] == true);
-  // Inputs and outputs of the I/O contract.
+  // Inputs and outputs of the I/O contract. The operator rotates at key slots, so the graph
+  // reads no position_ids and declares none.
   std::vector<std::string> inputs, outputs;
   for (const auto& i : m.graph().input()) inputs.push_back(i.name());
   for (const auto& o : m.graph().output()) outputs.push_back(o.name());
-  CHECK(inputs == std::vector<std::string>{"input_ids", "attention_mask", "position_ids",
+  CHECK(inputs == std::vector<std::string>{"input_ids", "attention_mask",
                                            "past_key_values.0.key", "past_key_values.0.value",
                                            "past_key_values.1.key", "past_key_values.1.value"});
   CHECK(outputs == std::vector<std::string>{"logits", "present.0.key", "present.0.value",
                                             "present.1.key", "present.1.value"});
-  const auto& pk = m.graph().input(3).type().tensor_type().shape();
+  const auto& pk = m.graph().input(2).type().tensor_type().shape();
   CHECK(pk.dim(0).dim_param() == "batch_size");
   CHECK(pk.dim(1).dim_value() == 2);
   CHECK(pk.dim(2).dim_param() == "past_sequence_length");

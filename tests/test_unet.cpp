@@ -100,12 +100,6 @@ std::vector<std::string> dims_of(const onnx::ValueInfoProto& v) {
   return out;
 }
 
-int64_t attr_int(const onnx::NodeProto& n, const std::string& name) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return a.i();
-  return -1;
-}
-
 std::map<std::string, std::vector<int64_t>> initializer_dims(const onnx::ModelProto& m) {
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& i : m.graph().initializer()) out[i.name()] = {i.dims().begin(), i.dims().end()};

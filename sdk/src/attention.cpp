@@ -2,6 +2,7 @@
 #include "mobius/sdk/attention.hpp"
 
 #include <cmath>
+#include <tuple>
 
 namespace mobius::nn {
 
@@ -93,6 +94,13 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
                          CacheMap& present) const {
   ScopeGuard s(g, path());
   Value q, k, v, gate;
+  if (fused(g.context(), shared.act) && !output_gate && qk_norm == "none" && !rotary_outside()) {
+    // One tensor [batch, seq, (heads + 2 kv_heads) * head_dim] for the operator, as the
+    // projection packs it.
+    Value qkv = qkv_proj ? qkv_proj->forward(g, x)
+                         : packed_linear(g, x, {q_proj, k_proj, v_proj}, full_name("qkv_packed"));
+    return o_proj->forward(g, fused_attention(g, qkv, Value(), Value(), shared, past, present));
+  }
   if (qkv_proj) {
     auto parts = Split(qkv_proj->forward(g, x),
                        {heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
@@ -148,6 +156,22 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   return o_proj->forward(g, o);
 }
 
+int64_t Attention::rotary_dim() const {
+  return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
+}
+
+bool Attention::rotary_outside() const {
+  const int64_t rot = rotary_dim();
+  // ONNX Runtime's operator rotates inside for a head size that is a multiple of 16 and a
+  // rotated width that is a multiple of 16 (its cos cache [positions, rot / 2]).
+  return rot > 0 && (rope.type == "longrope" || head_dim % 16 != 0 || rot % 16 != 0);
+}
+
+bool Attention::reads_position_ids(const BuildContext& ctx) const {
+  const DType w = ctx.weight_dtype();
+  return !fused(ctx, w == DType::BFloat16 ? DType::Float : w) || rotary_outside();
+}
+
 bool Attention::fused(const BuildContext& ctx, DType act) const {
   if (!ort_ops(ctx)) return false;
   // GroupQueryAttention runs float32 on the CPU; on CUDA it has float16 and bfloat16 kernels
@@ -158,30 +182,42 @@ bool Attention::fused(const BuildContext& ctx, DType act) const {
 Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
                                  const CacheMap& past, CacheMap& present) const {
   // q [batch, seq, heads * head_dim] (or [.., heads, head_dim] after the output-gate split);
-  // k and v [batch, seq, kv_heads * head_dim].
+  // k and v [batch, seq, kv_heads * head_dim]; or q the packed projection and k, v invalid.
+  const bool packed = !k.valid();
   if (output_gate) q = Reshape(q, {0, 0, heads * head_dim});
   if (qk_norm == "head") {
     q = Reshape(q_norm->forward(g, Reshape(q, {0, 0, heads, head_dim})), {0, 0, heads * head_dim});
     k = Reshape(k_norm->forward(g, Reshape(k, {0, 0, kv_heads, head_dim})), {0, 0, kv_heads * head_dim});
   }
-  const auto rot = static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
-  if (rot > 0) {
-    auto [cos, sin] = shared.rope_caches(rope, rot);
+  const int64_t rot = rotary_dim();
+  Value cos, sin;
+  if (rot > 0) std::tie(cos, sin) = shared.rope_caches(rope, rot);
+  if (rot > 0 && rotary_outside()) {
     Value rows = shared.rope_positions(rope);  // position_ids, or a longrope's rows of this run
     q = RotaryEmbedding(q, rows, cos, sin, heads, rot, rope.interleaved);
     k = RotaryEmbedding(k, rows, cos, sin, kv_heads, rot, rope.interleaved);
   }
+  // Otherwise the operator rotates q and k itself, at each token's key slot (seqlens_k is
+  // total - 1 on every row, gqa_lengths). A left-padded row's slots are its positions plus
+  // its padding, the same offset for every token of the row; rotary scores depend on the
+  // difference of two positions only, so the logits are transformers' at the position_ids
+  // generation computes (cumsum(attention_mask) - 1). The cache holds keys rotated by slot.
+  const bool inside = rot > 0 && !rotary_outside();
   auto [seqlens_k, total] = shared.gqa_lengths();
   std::vector<Attr> attrs{Attr("num_heads", heads), Attr("kv_num_heads", kv_heads),
                           Attr("scale", core.scale)};
+  if (inside) {
+    attrs.emplace_back("do_rotary", int64_t{1});
+    attrs.emplace_back("rotary_interleaved", static_cast<int64_t>(rope.interleaved ? 1 : 0));
+  }
   if (core.softcap > 0) attrs.emplace_back("softcap", core.softcap);
   // local_window_size w: key slot j is visible to query slot i iff i - w < j <= i, the window
   // transformers applies.
   if (core.window > 0) attrs.emplace_back("local_window_size", core.window);
   const Value none;
   const Value past_k = past.at("key"), past_v = past.at("value");
-  std::vector<Value> inputs{q, k, v, past_k, past_v, seqlens_k, total, none, none, none,
-                            shared.gqa_bias()};
+  std::vector<Value> inputs{q, packed ? none : k, packed ? none : v, past_k, past_v, seqlens_k, total,
+                            inside ? cos : none, inside ? sin : none, none, shared.gqa_bias()};
   if (Value sinks = head_sinks(g, q.dtype()); sinks.valid()) inputs.push_back(sinks);  // head_sink
   auto out = g.node("GroupQueryAttention", inputs,
                     {TensorType(q.dtype(), {Dim("batch_size"), Dim("sequence_length"), Dim(heads * head_dim)}),

@@ -79,6 +79,10 @@ std::vector<CacheEntry> DecoderLayer::cache_entries(DType act) const {
   return mixer->cache_entries(act);
 }
 
+bool DecoderLayer::reads_position_ids(const BuildContext& ctx) const {
+  return mixer->reads_position_ids(ctx);
+}
+
 Value Residual::sum() const { return branch ? Add(h, branch) : h; }
 
 Residual DecoderLayerBase::forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
@@ -264,6 +268,12 @@ std::vector<std::string> CausalLMModel::ignored_tensors() const {
   return out;
 }
 
+bool CausalLMModel::reads_position_ids(const BuildContext& ctx) const {
+  for (const auto* l : model->layers)
+    if (l->reads_position_ids(ctx)) return true;
+  return false;
+}
+
 int CausalLMModel::position_id_rows(const std::string& runtime) const {
   return spec.position_id_rows ? spec.position_id_rows(runtime) : 1;
 }
@@ -318,7 +328,9 @@ void build_text_generation(BuildContext& ctx, const CausalLM& model) {
   in.attention_mask =
       g.input("attention_mask", TensorType(DType::Int64, {"batch_size", "total_sequence_length"}));
   const int rows = model.position_id_rows(runtime);
-  if (rows == 1) {
+  if (rows == 1 && !model.reads_position_ids(ctx)) {
+    // No input: SharedInputs::positions() would say so if a layer read it after all.
+  } else if (rows == 1) {
     in.position_ids = g.input("position_ids", TensorType(DType::Int64, {"batch_size", "sequence_length"}));
   } else {
     Value pos = g.input("position_ids", TensorType(DType::Int64, {int64_t{rows}, "batch_size", "sequence_length"}));

@@ -21,6 +21,13 @@ DType activation_dtype(BuildContext& ctx) {
 SharedInputs::SharedInputs(Graph& g, Value ids, Value mask, Value pos, DType a)
     : input_ids(ids), attention_mask(mask), position_ids(pos), act(a), g_(g) {}
 
+Value SharedInputs::positions() const {
+  if (!position_ids.valid())
+    throw Error("[text-generation] a layer reads position_ids, but the model said none does, so "
+                "the graph has no such input (CausalLM::reads_position_ids)");
+  return position_ids;
+}
+
 Value SharedInputs::visible(int64_t window) {
   std::string key = "visible/" + std::to_string(window);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
@@ -85,10 +92,13 @@ std::pair<Value, Value> SharedInputs::gqa_lengths() {
 
 Value SharedInputs::gqa_bias() {
   if (auto it = cache_.find("gqa/bias"); it != cache_.end()) return it->second;
-  Value vis = visible(0);
   ScopeGuard s(g_, "mask");
   const double lowest = act == DType::Float16 ? -65504.0 : -FLT_MAX;
-  Value bias = Where(vis, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+  Value real = Unsqueeze(Cast(attention_mask, DType::Bool), {1, 2});  // [batch, 1, 1, total]
+  Value row = Where(real, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+  // The operator reads one row per query: [batch, 1, seq, total].
+  Value shape = Concat({DimOf(attention_mask, 0), Ints(g_, {1}), DimOf(input_ids, 1), DimOf(attention_mask, 1)}, 0);
+  Value bias = Expand(row, shape, TensorType(act, {Dim("batch_size"), Dim(1), Dim("sequence_length"), Dim("total_sequence_length")}));
   cache_["gqa/bias"] = bias;
   return bias;
 }
@@ -108,21 +118,21 @@ Value SharedInputs::long_context(const RopeConfig& rope) {
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   ScopeGuard s(g_, "long_context");
   // transformers' longrope update: max(position_ids) + 1 > original, over the whole batch.
-  Value top = ReduceMax(position_ids, {0, 1}, false);
+  Value top = ReduceMax(positions(), {0, 1}, false);
   Value v = GreaterOrEqual(top, Int(g_, rope.original_max_position_embeddings));
   cache_[key] = v;
   return v;
 }
 
 Value SharedInputs::rope_positions(const RopeConfig& rope) {
-  if (rope.type != "longrope") return position_ids;
+  if (rope.type != "longrope") return positions();
   const int64_t short_rows = longrope_short_rows(rope, max_positions);
   const std::string key = "rope_positions/" + std::to_string(rope.original_max_position_embeddings) +
                           "/" + std::to_string(short_rows);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   Value is_long = long_context(rope);
   ScopeGuard s(g_, "rope_positions");
-  Value v = Where(is_long, Add(position_ids, Int(g_, short_rows)), position_ids);
+  Value v = Where(is_long, Add(positions(), Int(g_, short_rows)), positions());
   cache_[key] = v;
   return v;
 }
@@ -283,7 +293,7 @@ std::pair<Value, Value> SharedInputs::rope_tables(const RopeConfig& rope, int64_
                             std::vector<double>(inv_long.begin(), inv_long.end()), "inv_freq_long");
     inv_v = Where(long_context(rope), long_v, inv_v);
   }
-  Value pos = Unsqueeze(Cast(position_ids, DType::Float), {2});  // [batch, seq, 1]
+  Value pos = Unsqueeze(Cast(positions(), DType::Float), {2});  // [batch, seq, 1]
   Value freqs = Mul(pos, inv_v);                                   // [batch, seq, rot/2]
   Value emb = !full_width || rope.interleaved ? freqs : Concat({freqs, freqs}, -1);
   Value cos = Cos(emb), sin = Sin(emb);
@@ -406,9 +416,15 @@ Value Linear::forward(Graph& g, Value x) const {
 
 std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Linear*>& parts,
                                   const std::string& name) {
+  std::vector<int64_t> sizes;
+  for (const Linear* p : parts) sizes.push_back(p->out_features);
+  return Split(packed_linear(g, x, parts, name), sizes, -1);
+}
+
+Value packed_linear(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                    const std::string& name) {
   BuildContext& ctx = g.context();
   std::vector<std::string> sources, bias_sources;
-  std::vector<int64_t> sizes;
   int64_t n = 0;
   for (const Linear* p : parts) {
     if (p->in_features != parts[0]->in_features || p->has_bias != parts[0]->has_bias ||
@@ -416,7 +432,6 @@ std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Lin
       throw Error("[linear] '" + name + "' packs linears of one input size, bias and dtype only");
     sources.push_back(p->source_tensor("weight"));
     if (p->has_bias) bias_sources.push_back(p->source_tensor("bias"));
-    sizes.push_back(p->out_features);
     n += p->out_features;
   }
   Value y = project(g, x, name + ".weight", sources, parts[0]->in_features, n, ctx.weight_dtype(), true);
@@ -431,7 +446,7 @@ std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Lin
     }
     y = Add(y, b);
   }
-  return Split(y, sizes, -1);
+  return y;
 }
 
 Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,

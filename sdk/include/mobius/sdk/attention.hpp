@@ -26,6 +26,11 @@ class TokenMixer : public Module {
   virtual Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                         CacheMap& present) const = 0;
   virtual std::vector<CacheEntry> cache_entries(DType act) const = 0;
+  // Whether forward() reads SharedInputs::positions() in a build for `ctx`.
+  virtual bool reads_position_ids(const BuildContext& ctx) const {
+    (void)ctx;
+    return true;
+  }
 };
 
 // The attention core's settings: scores = scale * q.k^T, computed then in float32,
@@ -66,7 +71,12 @@ struct AttentionNames {
 // soft-capping, the layer's sliding window. With output_gate, q_proj yields per head
 // [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
 // The cache is "key" and "value" [batch, kv_heads, past, head_dim]. With ONNX Runtime's
-// operators (--ops ort) the layer is RotaryEmbedding + GroupQueryAttention, same semantics.
+// operators (--ops ort) the layer is one GroupQueryAttention with the rotary embedding inside,
+// fed the packed q/k/v projection where no q/k norm or output gate sits between (a longrope,
+// whose table depends on the whole run, and head sizes that are not multiples of 16 keep
+// RotaryEmbedding nodes at position_ids; rotary_outside). The
+// operator rotates at key slots, which gives transformers' logits at generation's position_ids
+// (fused_attention), so such a graph has no position_ids input.
 class Attention : public TokenMixer {
  public:
   Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
@@ -74,6 +84,7 @@ class Attention : public TokenMixer {
   Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                 CacheMap& present) const override;
   std::vector<CacheEntry> cache_entries(DType act) const override;
+  bool reads_position_ids(const BuildContext& ctx) const override;
 
   int64_t heads, kv_heads, head_dim, hidden;
   AttentionCore core;
@@ -101,10 +112,17 @@ class Attention : public TokenMixer {
   // True when the build uses ONNX Runtime's GroupQueryAttention and RotaryEmbedding (--ops ort)
   // instead of the attention spelled out in standard operators.
   bool fused(const BuildContext& ctx, DType act) const;
-  // The layer as RotaryEmbedding + GroupQueryAttention: q [batch, seq, heads * head_dim] (or
-  // split per head by the output gate), k and v [batch, seq, kv_heads * head_dim], after a
-  // "full" q/k norm; returns [batch, seq, heads * head_dim]. The cache is the operator's
-  // past/present key and value (one buffer when the runtime shares them).
+  // The rotated dims of a head (partial_rotary_factor); 0 without rope.
+  int64_t rotary_dim() const;
+  // True when the fused layer rotates q and k with RotaryEmbedding nodes at position_ids
+  // rather than inside GroupQueryAttention: a longrope, or sizes the operator's rotary does
+  // not take.
+  bool rotary_outside() const;
+  // The layer as GroupQueryAttention: q [batch, seq, heads * head_dim] (or split per head by the
+  // output gate), k and v [batch, seq, kv_heads * head_dim], after a "full" q/k norm; or q the
+  // packed projection [batch, seq, (heads + 2 kv_heads) * head_dim] with k and v invalid.
+  // Returns [batch, seq, heads * head_dim]. The cache is the operator's past/present key and
+  // value (one buffer when the runtime shares them).
   Value fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
                         const CacheMap& past, CacheMap& present) const;
 };

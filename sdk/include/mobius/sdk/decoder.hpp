@@ -92,6 +92,11 @@ class DecoderLayerBase : public Module {
   virtual Value forward(Graph& g, Value h, SharedInputs& shared, const CacheMap& past,
                         CacheMap& present) const = 0;
   virtual std::vector<CacheEntry> cache_entries(DType act) const = 0;
+  // Whether forward() reads SharedInputs::positions() in a build for `ctx`.
+  virtual bool reads_position_ids(const BuildContext& ctx) const {
+    (void)ctx;
+    return true;
+  }
   // The layer on the residual stream; may leave its last branch pending (Residual). The
   // default adds a pending branch and returns forward()'s result with nothing pending.
   virtual Residual forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
@@ -110,6 +115,7 @@ class DecoderLayer : public DecoderLayerBase {
   Residual forward_residual(Graph& g, const Residual& r, SharedInputs& shared,
                             const CacheMap& past, CacheMap& present) const override;
   std::vector<CacheEntry> cache_entries(DType act) const override;
+  bool reads_position_ids(const BuildContext& ctx) const override;
 
   NormPlacement placement;
   double residual_multiplier = 1.0;
@@ -153,6 +159,7 @@ class TextModel : public Module {
 
 // What the text-generation task feeds a model and collects from it.
 struct TextGenInputs {
+  // position_ids is invalid when the model reads none (CausalLM::reads_position_ids).
   Value input_ids, attention_mask, position_ids;
   std::vector<CacheMap> past;  // per layer
 };
@@ -175,6 +182,12 @@ class CausalLM : public Module {
     (void)runtime;
     return 1;
   }
+  // Whether the graph for `ctx` reads position_ids; when not, it has no such input (a runtime
+  // feeds only the inputs a graph declares). Always true when position_id_rows is not 1.
+  virtual bool reads_position_ids(const BuildContext& ctx) const {
+    (void)ctx;
+    return true;
+  }
 };
 
 // TextModel + lm_head (tied to the embeddings when the config says so), logits divided by
@@ -189,6 +202,7 @@ class CausalLMModel : public CausalLM {
   // multi-token-prediction layers, and spec.ignored.
   std::vector<std::string> ignored_tensors() const override;
   int position_id_rows(const std::string& runtime) const override;
+  bool reads_position_ids(const BuildContext& ctx) const override;  // any layer reads them
 
   ArchitectureConfig cfg;
   DecoderSpec spec;

@@ -63,6 +63,10 @@ class GatedDeltaNet : public TokenMixer {
   Value forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                 CacheMap& present) const override;
   std::vector<CacheEntry> cache_entries(DType act) const override;
+  bool reads_position_ids(const BuildContext& ctx) const override {  // no rope
+    (void)ctx;
+    return false;
+  }
 
   GatedDeltaNetOptions opt;
   int64_t key_dim, value_dim, conv_dim;

@@ -37,9 +37,13 @@ struct CacheEntry {
 // so a model's graph holds one copy of each, not one per layer.
 class SharedInputs {
  public:
+  // position_ids may be invalid: the graph then has no such input (CausalLM::reads_position_ids)
+  // and positions() is an error.
   SharedInputs(Graph& g, Value input_ids, Value attention_mask, Value position_ids, DType act);
   Value input_ids, attention_mask, position_ids;
   DType act;
+  // position_ids [batch, seq]; an error naming the graph's missing input when it has none.
+  Value positions() const;
   // Additive float32 mask [batch, 1, rep*seq, total]: 0 where key slot j is visible to query
   // slot i (causal, not padding, and within `window` when window > 0), finfo(float32).min
   // elsewhere. Rows repeat `rep` times so grouped queries of one kv head share one matmul.
@@ -58,11 +62,12 @@ class SharedInputs {
   Value query_is_real();
   // For ONNX Runtime's GroupQueryAttention: seqlens_k (int32 [batch], the last key slot,
   // total - 1 for every row: slots, not token counts, so left and right padding both work) and
-  // total_sequence_length (int32 scalar, the attention mask's width).
+  // total_sequence_length (int32 scalar, the attention mask's width). With rotary inside the
+  // operator, a token's rotary position is therefore its slot (see Attention).
   std::pair<Value, Value> gqa_lengths();
-  // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 where
-  // a key slot is visible (causal and not padding), the dtype's lowest value elsewhere. The
-  // sliding window is the operator's own (local_window_size).
+  // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 at
+  // the key slots the attention mask marks real, the dtype's lowest value at padding. Causality
+  // and the sliding window are the operator's own (local_window_size).
   Value gqa_bias();
   // Rotary caches for RotaryEmbedding / GroupQueryAttention: cos and sin [max_positions,
   // rotary_dim / 2] in the activation dtype, attention scaling applied, as initializers computed
@@ -110,7 +115,10 @@ class Linear : public Module {
 
 // One MatMul (or MatMulNBits) for linears that read the same input, such as q, k and v: their
 // weights (and biases) concatenated along the output dimension while the weights stream, into
-// initializers `name`.weight / `name`.bias; returns each linear's output, split from the product.
+// initializers `name`.weight / `name`.bias; returns the product [.., sum of out_features].
+Value packed_linear(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                    const std::string& name);
+// packed_linear's product split back into each linear's output.
 std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Linear*>& parts,
                                   const std::string& name);
 // The initializer `name` [in, out] of `dtype`: the transpose of `sources` ([out_i, in]
