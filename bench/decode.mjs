@@ -17,6 +17,10 @@
 //                least contended; before each one, waits up to --quiet-wait S seconds (default 600)
 //                for a 2-second window under F. For shared machines.
 //   --wait-quiet only waits for such a window, then exits (bench/decode.sh runs it before the floor)
+//   --paired     takes the models in pairs A B and measures each pair in one process: session
+//                creation alternately (--creations N each, default 5, the median), and at each
+//                context their decode steps interleaved, the median of the ratios of neighbouring
+//                steps (A/B). Prints one JSON object per pair; --reps gives the median of N runs.
 // Prints one JSON object per model: create_s, rss_create_mib, peak_rss_mib, prefill_ms,
 // prefill_long_ms, decode_ms (at the prompt length), decode_long_ms, the fastest single steps
 // (decode_min_ms, decode_long_min_ms) and other_cpu, the share of the machine's CPU that other
@@ -42,13 +46,14 @@ const self = fileURLToPath(import.meta.url);
 function parseArgs(argv) {
   const o = {
     reps: 1, steps: 16, prompt: 128, long: 1024, out: '', dump: '', child: false, models: [],
-    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false,
+    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false, paired: false, creations: 5,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--child') o.child = true;
     else if (a === '--wait-quiet') o.waitQuiet = true;
-    else if (['--reps', '--steps', '--prompt', '--long', '--retries'].includes(a)) o[a.slice(2)] = Number(argv[++i]);
+    else if (a === '--paired') o.paired = true;
+    else if (['--reps', '--steps', '--prompt', '--long', '--retries', '--creations'].includes(a)) o[a.slice(2)] = Number(argv[++i]);
     else if (a === '--max-other') o.maxOther = Number(argv[++i]);
     else if (a === '--quiet-wait') o.quietWait = Number(argv[++i]);
     else if (a === '--out' || a === '--dump') o[a.slice(2)] = argv[++i];
@@ -56,6 +61,7 @@ function parseArgs(argv) {
     else o.models.push(a);
   }
   if (!o.models.length && !o.waitQuiet) throw new Error('usage: node bench/decode.mjs [options] MODEL_DIR...');
+  if (o.paired && o.models.length % 2) throw new Error('--paired takes models in pairs: A B [C D ...]');
   return o;
 }
 
@@ -91,11 +97,10 @@ const median = (xs) => {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The child: one model, one measurement.
+// A model's session and how to feed it.
 
-async function child(opts) {
-  const ort = require('onnxruntime-node');
-  const dir = resolve(opts.models[0]);
+async function openModel(ort, dirArg, opts) {
+  const dir = resolve(dirArg);
   const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
   const headDim = cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads;
   const kvHeads = cfg.num_key_value_heads ?? cfg.num_attention_heads;
@@ -105,16 +110,16 @@ async function child(opts) {
     throw new Error(`${dir}: max_position_embeddings ${maxPos} is shorter than the longest context ` +
       `(${Math.max(opts.prompt, opts.long)} + ${opts.steps + 2} decode steps)`);
 
-  const cpu0 = cpuJiffies();
-  const t0 = performance.now();
-  const session = await ort.InferenceSession.create(join(dir, 'model.onnx'), {
-    intraOpNumThreads: 2,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
-  });
-  const createS = (performance.now() - t0) / 1000;
-  const rssCreate = statusKiB('VmHWM');
+  const sessionOptions = { intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all' };
+  // Two sessions in one process (--paired): a pool's threads spinning after a run would take the
+  // cores from the other session's run.
+  if (opts.paired) sessionOptions.extra = { session: { intra_op: { allow_spinning: '0' } } };
+  const create = async () => {
+    const t0 = performance.now();
+    const s = await ort.InferenceSession.create(join(dir, 'model.onnx'), sessionOptions);
+    return [s, (performance.now() - t0) / 1000];
+  };
+  const [session, createS] = await create();
 
   const meta = new Map((session.inputMetadata ?? []).map((m) => [m.name, m]));
   const pastNames = session.inputNames.filter((n) => n.startsWith('past'));
@@ -163,76 +168,109 @@ async function child(opts) {
     return [performance.now() - t, out];
   }
 
-  // Decode `2 + steps` tokens after a prefill's outputs; returns the median of the timed steps and
-  // the logits of the first `keep` steps.
-  async function decode(prefillOut, pastLen, stepIds, keep) {
-    const logits = [];
+  // A decoder continuing from a prefill's outputs, for at most `n` steps: step(id) runs one
+  // token and returns its time in ms; the first step (ORT-allocated, untimed by callers) shows
+  // which axis of each present grows with the context. Later steps write into preallocated
+  // buffers: two per past input, sized for the longest context, of the past's own element type;
+  // a step reads its past from one and writes its present into the other.
+  function decoder(prefillOut, pastLen, n) {
     let past = pastFrom(prefillOut);
-    // Step 1, ORT-allocated: shows which axis of each present grows with the context.
-    let out = await session.run(feeds([stepIds[0]], past, pastLen));
-    logits.push(out.logits.data.slice());
-    const axis = {};
-    for (const p of pastNames) {
-      const a = past[p].dims, b = out[presentOf(p)].dims;
-      axis[p] = a.findIndex((d, i) => b[i] === d + 1);
-    }
-    past = pastFrom(out);
-    pastLen += 1;
-    const growing = pastNames.every((p) => axis[p] >= 0);
-    const total = pastLen + stepIds.length + 1;
-    let bufs = null;
-    if (growing) {
-      // Two buffers per past input, sized for the longest context, of the past's own element type;
-      // a step reads its past from one and writes its present into the other.
-      bufs = {};
-      for (const p of pastNames) {
-        const t = past[p];
-        const per = t.dims.reduce((x, y, i) => (i === axis[p] ? x : x * y), 1);
-        bufs[p] = [new t.data.constructor(per * total), new t.data.constructor(per * total)];
-        bufs[p][0].set(t.data); // once, untimed
-        past[p] = new ort.Tensor(t.type, bufs[p][0].subarray(0, t.data.length), t.dims);
-      }
-    }
+    let bufs = null, axis = null, s = 0;
     const logitsBuf = new Float32Array(vocab);
-    const times = [];
-    for (let s = 1; s < stepIds.length; s++) {
+    const total = pastLen + n + 1;
+    const d = { last: null };
+    d.step = async (id) => {
+      if (s === 0) {
+        const t = performance.now();
+        const out = await session.run(feeds([id], past, pastLen));
+        const ms = performance.now() - t;
+        axis = {};
+        for (const p of pastNames) {
+          const a = past[p].dims, b = out[presentOf(p)].dims;
+          axis[p] = a.findIndex((dd, i) => b[i] === dd + 1);
+        }
+        past = pastFrom(out);
+        if (pastNames.every((p) => axis[p] >= 0)) {
+          bufs = {};
+          for (const p of pastNames) {
+            const t0 = past[p];
+            const per = t0.dims.reduce((x, y, i) => (i === axis[p] ? x : x * y), 1);
+            bufs[p] = [new t0.data.constructor(per * total), new t0.data.constructor(per * total)];
+            bufs[p][0].set(t0.data); // once, untimed
+            past[p] = new ort.Tensor(t0.type, bufs[p][0].subarray(0, t0.data.length), t0.dims);
+          }
+        }
+        d.last = out.logits.data;
+        pastLen += 1;
+        s += 1;
+        return ms;
+      }
       let fetches;
-      if (growing) {
+      if (bufs) {
         // The logits' own dtype (float32 in every graph here); only the caches may be float16.
         fetches = { logits: new ort.Tensor('float32', logitsBuf, [1, 1, vocab]) };
         for (const p of pastNames) {
-          const dims = past[p].dims.map((d, i) => (i === axis[p] ? d + 1 : d));
-          const n = dims.reduce((x, y) => x * y, 1);
-          fetches[presentOf(p)] = new ort.Tensor(past[p].type, bufs[p][s % 2].subarray(0, n), dims);
+          const dims = past[p].dims.map((dd, i) => (i === axis[p] ? dd + 1 : dd));
+          const m = dims.reduce((x, y) => x * y, 1);
+          fetches[presentOf(p)] = new ort.Tensor(past[p].type, bufs[p][s % 2].subarray(0, m), dims);
         }
       }
-      const f = feeds([stepIds[s]], past, pastLen);
+      const f = feeds([id], past, pastLen);
       const t = performance.now();
-      out = fetches ? await session.run(f, fetches) : await session.run(f);
-      times.push(performance.now() - t);
-      if (logits.length < keep) logits.push((fetches ? logitsBuf : out.logits.data).slice());
+      const out = fetches ? await session.run(f, fetches) : await session.run(f);
+      const ms = performance.now() - t;
       if (fetches) {
         for (const p of pastNames) past[p] = fetches[presentOf(p)];
+        d.last = logitsBuf;
       } else {
         past = pastFrom(out);
+        d.last = out.logits.data;
       }
       pastLen += 1;
+      s += 1;
+      return ms;
+    };
+    return d;
+  }
+
+  return { dir, vocab, session, createS, create, prefill, decoder };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child: one model, one measurement.
+
+async function child(opts) {
+  const ort = require('onnxruntime-node');
+  const cpu0 = cpuJiffies();
+  const m = await openModel(ort, opts.models[0], opts);
+  const rssCreate = statusKiB('VmHWM');
+
+  // Decode `2 + steps` tokens after a prefill's outputs; returns the median of the timed steps,
+  // the logits of the first `keep` steps and the fastest step.
+  async function decode(prefillOut, pastLen, stepIds, keep) {
+    const d = m.decoder(prefillOut, pastLen, stepIds.length);
+    const logits = [];
+    const times = [];
+    for (let s = 0; s < stepIds.length; s++) {
+      const ms = await d.step(stepIds[s]);
+      if (s > 0) times.push(ms);
+      if (logits.length < keep) logits.push(d.last.slice());
     }
     return [median(times.slice(1)), logits, Math.min(...times.slice(1))]; // the first is one more warm-up
   }
 
-  const res = { model: dir, create_s: createS, rss_create_mib: rssCreate / 1024 };
+  const res = { model: m.dir, create_s: m.createS, rss_create_mib: rssCreate / 1024 };
   const P = opts.prompt;
-  const prompt = tokens(Math.max(P, opts.long), vocab, 1);
-  const steps = tokens(opts.steps + 2, vocab, 2);
+  const prompt = tokens(Math.max(P, opts.long), m.vocab, 1);
+  const steps = tokens(opts.steps + 2, m.vocab, 2);
 
   // Prefill of the prompt: one warm-up, the best of three.
-  let [, out] = await prefill(prompt.slice(0, P));
+  let [, out] = await m.prefill(prompt.slice(0, P));
   const prefillLogits = out.logits.data.slice();
   let best = Infinity;
   for (let i = 0; i < 3; i++) {
     let ms;
-    [ms, out] = await prefill(prompt.slice(0, P));
+    [ms, out] = await m.prefill(prompt.slice(0, P));
     best = Math.min(best, ms);
   }
   res.prefill_ms = best;
@@ -242,14 +280,14 @@ async function child(opts) {
   out = null;
   if (opts.dump) {
     mkdirSync(opts.dump, { recursive: true });
-    const name = basename(dir);
+    const name = basename(m.dir);
     writeFileSync(join(opts.dump, `${name}.prefill.f32`), Buffer.from(prefillLogits.buffer));
-    const d = new Float32Array(decodeLogits.length * vocab);
-    decodeLogits.forEach((l, i) => d.set(l, i * vocab));
+    const d = new Float32Array(decodeLogits.length * m.vocab);
+    decodeLogits.forEach((l, i) => d.set(l, i * m.vocab));
     writeFileSync(join(opts.dump, `${name}.decode.f32`), Buffer.from(d.buffer));
   }
   if (opts.long > 0) {
-    const [ms, outLong] = await prefill(prompt.slice(0, opts.long));
+    const [ms, outLong] = await m.prefill(prompt.slice(0, opts.long));
     res.prefill_long_ms = ms;
     [res.decode_long_ms, , res.decode_long_min_ms] = await decode(outLong, opts.long, steps, 0);
   }
@@ -261,12 +299,64 @@ async function child(opts) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The paired child: two models in one process, their steps interleaved (A B, then B A, ...), so
+// both see the same machine from one moment to the next. Memory bandwidth on a shared machine
+// drifts by 10% or more between processes; a ratio of neighbouring steps does not.
+
+async function paired(opts) {
+  const ort = require('onnxruntime-node');
+  const cpu0 = cpuJiffies();
+  const [A, B] = [await openModel(ort, opts.models[0], opts), await openModel(ort, opts.models[1], opts)];
+  const res = { a: A.dir, b: B.dir };
+  // Session creation: alternately, each new session released before the next.
+  const ca = [], cb = [];
+  for (let i = 0; i < opts.creations; i++) {
+    for (const [m, xs] of i % 2 ? [[B, cb], [A, ca]] : [[A, ca], [B, cb]]) {
+      const [s, sec] = await m.create();
+      xs.push(sec);
+      await s.release();
+    }
+  }
+  res.create_a_s = median(ca);
+  res.create_b_s = median(cb);
+  res.create_ratio = median(ca) / median(cb);
+  const contexts = [opts.prompt, ...(opts.long > 0 ? [opts.long] : [])];
+  res.contexts = [];
+  for (const P of contexts) {
+    const prompt = tokens(P, A.vocab, 1);
+    const steps = tokens(opts.steps + 2, A.vocab, 2);
+    const da = A.decoder((await A.prefill(prompt))[1], P, steps.length);
+    const db = B.decoder((await B.prefill(prompt))[1], P, steps.length);
+    const ta = [], tb = [], ratios = [];
+    for (let s = 0; s < steps.length; s++) {
+      let a, b;
+      if (s % 2) {
+        b = await db.step(steps[s]);
+        a = await da.step(steps[s]);
+      } else {
+        a = await da.step(steps[s]);
+        b = await db.step(steps[s]);
+      }
+      if (s < 2) continue; // the untimed first step and one warm-up
+      ta.push(a);
+      tb.push(b);
+      ratios.push(a / b);
+    }
+    res.contexts.push({ past: P, a_ms: median(ta), b_ms: median(tb), ratio: median(ratios),
+      a_min_ms: Math.min(...ta), b_min_ms: Math.min(...tb) });
+  }
+  const cpu1 = cpuJiffies();
+  res.other_cpu = Math.max(0, (cpu1.busy - cpu0.busy) - (cpu1.self - cpu0.self)) / Math.max(1, cpu1.total - cpu0.total);
+  process.stdout.write(JSON.stringify(res) + '\n');
+}
+// ---------------------------------------------------------------------------------------------
 // The parent: one fresh child per measurement.
 
 function runChild(model, opts) {
   const args = [self, '--child', '--steps', String(opts.steps), '--prompt', String(opts.prompt), '--long', String(opts.long)];
   if (opts.dump) args.push('--dump', opts.dump);
-  args.push(model);
+  if (opts.paired) args.push('--paired', '--creations', String(opts.creations));
+  args.push(...[model].flat());
   return new Promise((res, rej) => {
     const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '', err = '';
@@ -316,7 +406,7 @@ async function waitQuiet(opts) {
   }
 }
 
-// One measurement, repeated while other processes took more than --max-other of the CPU.
+// One measurement (of a model, or with --paired of a pair), repeated while other processes took more than --max-other of the CPU.
 async function measure(model, opts) {
   let least = null;
   for (let attempt = 0; attempt <= opts.retries; attempt++) {
@@ -324,7 +414,7 @@ async function measure(model, opts) {
     const r = await runChild(model, opts);
     if (!least || r.other_cpu < least.other_cpu) least = r;
     if (r.other_cpu <= opts.maxOther) break;
-    console.error(`decode.mjs: ${basename(model)}: other processes took ${(100 * r.other_cpu).toFixed(0)}% of the CPU` +
+    console.error(`decode.mjs: ${[model].flat().map((x) => basename(x)).join(" vs ")}: other processes took ${(100 * r.other_cpu).toFixed(0)}% of the CPU` +
       (attempt < opts.retries ? ', measuring again' : ', keeping the least contended measurement'));
   }
   return least;
@@ -336,6 +426,7 @@ async function parent(opts) {
     if (share > opts.maxOther) console.error(`decode.mjs: still busy (${(100 * share).toFixed(0)}% CPU), going on`);
     return;
   }
+  if (opts.paired) return parentPaired(opts);
   const best = new Map();
   for (let rep = 0; rep < opts.reps; rep++) {
     const order = rep % 2 ? [...opts.models].reverse() : opts.models;
@@ -353,8 +444,33 @@ async function parent(opts) {
   if (opts.out) writeFileSync(opts.out, JSON.stringify(all, null, 1) + '\n');
 }
 
+// --paired: each pair measured --reps times, each time in a fresh child; per pair, the median
+// over the repetitions of each number.
+async function parentPaired(opts) {
+  const all = [];
+  for (let i = 0; i < opts.models.length; i += 2) {
+    const pair = [opts.models[i], opts.models[i + 1]];
+    const reps = [];
+    for (let rep = 0; rep < opts.reps; rep++) reps.push(await measure(pair, opts));
+    const med = (get) => median(reps.map(get));
+    const r = {
+      a: reps[0].a, b: reps[0].b, reps: reps.length,
+      create_a_s: med((x) => x.create_a_s), create_b_s: med((x) => x.create_b_s), create_ratio: med((x) => x.create_ratio),
+      contexts: reps[0].contexts.map((c, k) => ({
+        past: c.past,
+        a_ms: med((x) => x.contexts[k].a_ms), b_ms: med((x) => x.contexts[k].b_ms), ratio: med((x) => x.contexts[k].ratio),
+        ratio_each: reps.map((x) => x.contexts[k].ratio),
+      })),
+      other_cpu: Math.max(...reps.map((x) => x.other_cpu)),
+    };
+    process.stdout.write(JSON.stringify(r) + '\n');
+    all.push(r);
+  }
+  if (opts.out) writeFileSync(opts.out, JSON.stringify(all, null, 1) + '\n');
+}
+
 const opts = parseArgs(process.argv.slice(2));
-(opts.child ? child(opts) : parent(opts)).catch((e) => {
+(opts.child ? (opts.paired ? paired(opts) : child(opts)) : parent(opts)).catch((e) => {
   console.error(`decode.mjs: ${e.stack || e.message}`);
   process.exit(1);
 });

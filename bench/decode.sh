@@ -2,6 +2,9 @@
 # decode.sh - the decode benchmark: mobius's graph against a graph shaped like ONNX Runtime GenAI's
 # model builder output (bench/builder_graph) for the same weights, f32 and int4, on ONNX Runtime's
 # CPU execution provider (onnxruntime-node, 2 intra-op threads), with the memory-bandwidth floor.
+# Each model is measured alone (a fresh process: its RSS, creation and step times), then each
+# mobius graph with the builder's of its dtype in one process, creations alternating and decode
+# steps interleaved: the ratios that process-to-process drift on a shared machine cannot move.
 #
 # usage: bench/decode.sh
 #   MOBIUS     the mobius CLI (default build/mobius)
@@ -9,6 +12,7 @@
 #   BENCH_DIR  work folder (default build/bench-decode; needs ~3 GiB)
 #   REPS       measurements per model, alternating order, the best kept (default 2)
 #   STEPS      timed decode steps per context length, the median reported (default 16)
+#   PAIRED_STEPS  interleaved decode steps per context length in the paired runs (default 64)
 #   MAX_OTHER  a measurement during which other processes took more than this share of the CPU is
 #              repeated (default 0.05; each measurement also waits for a quiet machine first)
 # The checkpoint, made once: llama, hidden 1024, intermediate 2816, 16 heads / 8 kv heads,
@@ -22,6 +26,7 @@ bin=${BENCH_BIN:-build/bench}
 work=${BENCH_DIR:-build/bench-decode}
 reps=${REPS:-2}
 steps=${STEPS:-16}
+paired_steps=${PAIRED_STEPS:-64}
 max_other=${MAX_OTHER:-0.05}
 for x in "$mobius" "$bin/make_checkpoint" "$bin/builder_graph" "$bin/floor"; do
   [ -x "$x" ] || { echo "decode.sh: $x missing: build first (meson setup build && ninja -C build)" >&2; exit 2; }
@@ -36,7 +41,7 @@ if [ ! -f "$ckpt/config.json" ]; then
     --layers 12 --vocab 32000 --max-pos 2048 --init normal --std 0.02 >&2
 fi
 
-rm -rf "$work/logits" "$work"/*.error "$work/results.json" "$work/floor.json"
+rm -rf "$work/logits" "$work"/*.error "$work/results.json" "$work/paired.json" "$work/floor.json"
 models=()
 for dt in f32 int4; do
   out=$work/mobius-$dt
@@ -61,6 +66,17 @@ done
 # One model at a time, each measurement a fresh process; the order alternates between repetitions.
 node bench/decode.mjs --reps "$reps" --steps "$steps" --prompt 128 --long 1024 --dump "$work/logits" \
   --max-other "$max_other" --out "$work/results.json" "${models[@]}" >&2
+
+# The ratios, measured in pairs: mobius and the builder's graph of one dtype in one process, their
+# session creations alternating and their decode steps interleaved, so both see the same machine.
+pairs=()
+for dt in f32 int4; do
+  [ -d "$work/mobius-$dt" ] && pairs+=("$work/mobius-$dt" "$work/builder-$dt")
+done
+if [ ${#pairs[@]} -gt 0 ]; then
+  node bench/decode.mjs --paired --reps "$reps" --steps "$paired_steps" --prompt 128 --long 1024 \
+    --max-other "$max_other" --out "$work/paired.json" "${pairs[@]}" >&2
+fi
 
 # The floor for each graph's per-token weight bytes (all initializers but the embedding table).
 sizes=()

@@ -90,6 +90,31 @@ const line = (label, a, b) => {
     (d ? `; first ${d.positions} decode steps: ${d.max_abs_diff.toExponential(2)}, top-1 ${d.top1_agree}/${d.top1_total}` : '')
   );
 };
+// The paired runs (decode.mjs --paired): the ratios of one process, creations alternating and
+// decode steps interleaved.
+const pairedFile = join(work, 'paired.json');
+if (existsSync(pairedFile)) {
+  const paired = JSON.parse(readFileSync(pairedFile, 'utf8'));
+  const of = (dt) => paired.find((p) => p.a.endsWith(`/mobius-${dt}`));
+  const f32 = of('f32'), int4 = of('int4');
+  const cell = (p, get, each) => (p ? get(p).toFixed(2) + (each ? ` (${each(p).map((x) => x.toFixed(2)).join(', ')})` : '') : 'n/a');
+  out.push('Measured in pairs (mobius / builder, one process per pair and repetition: session creations ' +
+    'alternating, decode steps interleaved; the median over repetitions of the median step ratio, ' +
+    'each repetition in brackets):');
+  out.push('');
+  out.push('| | f32 ratio | int4 ratio |');
+  out.push('|---|---|---|');
+  out.push(`| session creation | ${cell(f32, (p) => p.create_ratio)} | ${cell(int4, (p) => p.create_ratio)} |`);
+  for (const k of [0, 1]) {
+    const c = (p) => p?.contexts[k];
+    if (!c(f32) && !c(int4)) continue;
+    const past = (c(f32) ?? c(int4)).past;
+    out.push(`| decode @${past} | ${cell(c(f32), (x) => x.ratio, (x) => x.ratio_each)} | ${cell(c(int4), (x) => x.ratio, (x) => x.ratio_each)} |`);
+    out.push(`| decode @${past} ms/token, mobius vs builder | ${c(f32) ? `${c(f32).a_ms.toFixed(2)} vs ${c(f32).b_ms.toFixed(2)}` : 'n/a'} ` +
+      `| ${c(int4) ? `${c(int4).a_ms.toFixed(2)} vs ${c(int4).b_ms.toFixed(2)}` : 'n/a'} |`);
+  }
+  out.push('');
+}
 const parity = cmp('mobius-f32', 'builder-f32', 'prefill');
 out.push(
   line('Parity, mobius f32 vs builder f32', 'mobius-f32', 'builder-f32') +
