@@ -18,7 +18,7 @@
 //                for a 2-second window under F. For shared machines.
 //   --wait-quiet only waits for such a window, then exits (bench/decode.sh runs it before the floor)
 //   --paired     takes the models in pairs A B and measures each pair in one process: session
-//                creation alternately (--creations N each, default 5, the median), and at each
+//                creation alternately (--creations N each, default 6, even, the median), and at each
 //                context their decode steps interleaved, the median of the ratios of neighbouring
 //                steps (A/B). Prints one JSON object per pair; --reps gives the median of N runs.
 // Prints one JSON object per model: create_s, rss_create_mib, peak_rss_mib, prefill_ms,
@@ -46,7 +46,7 @@ const self = fileURLToPath(import.meta.url);
 function parseArgs(argv) {
   const o = {
     reps: 1, steps: 16, prompt: 128, long: 1024, out: '', dump: '', child: false, models: [],
-    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false, paired: false, creations: 5,
+    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false, paired: false, creations: 6,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -308,9 +308,10 @@ async function paired(opts) {
   const cpu0 = cpuJiffies();
   const [A, B] = [await openModel(ort, opts.models[0], opts), await openModel(ort, opts.models[1], opts)];
   const res = { a: A.dir, b: B.dir };
-  // Session creation: alternately, each new session released before the next.
+  // Session creation: alternately (A B, then B A: an even count), each new session released
+  // before the next; the sessions opened above were the warm-up.
   const ca = [], cb = [];
-  for (let i = 0; i < opts.creations; i++) {
+  for (let i = 0; i < 2 * Math.ceil(opts.creations / 2); i++) {
     for (const [m, xs] of i % 2 ? [[B, cb], [A, ca]] : [[A, ca], [B, cb]]) {
       const [s, sec] = await m.create();
       xs.push(sec);

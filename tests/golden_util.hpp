@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <fstream>
 #include <functional>
 
@@ -77,6 +78,21 @@ inline onnx::ModelProto load_model(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   REQUIRE(m.ParseFromIstream(&in));
   return m;
+}
+
+// A graph-only build (--no-weights and `flags`) of a checkpoint that is only `config_json`:
+// writes t/ckpt/config.json and builds it into t/out, which must succeed (the save runs onnx's
+// checker on the model). Returns the model; *secs, when given, is how long the build took.
+inline onnx::ModelProto build_config_only(const TempDir& t, const std::string& config_json,
+                                          const std::string& flags = "", double* secs = nullptr) {
+  fs::create_directories(t / "ckpt");
+  write_text(t / "ckpt" / "config.json", config_json);
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = build_cli(t / "ckpt", t / "out", "--no-weights " + flags);
+  if (secs) *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return load_model(t / "out" / "model.onnx");
 }
 
 // A node's integer attribute; -1 when it has none.

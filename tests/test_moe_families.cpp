@@ -108,17 +108,11 @@ TEST_CASE("moe families: the published configs build graph-only in seconds, chec
   for (const auto& pm : models) {
     CAPTURE(pm.name);
     TempDir t;
-    fs::create_directories(t / "ckpt");
-    write_text(t / "ckpt" / "config.json", pm.config);
-    auto start = std::chrono::steady_clock::now();
-    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    INFO(r.output);
-    REQUIRE(r.status == 0);  // the save ran onnx's checker on the model
+    double secs = 0;
+    onnx::ModelProto m = build_config_only(t, pm.config, "--runtime onnxruntime", &secs);
     MESSAGE(pm.name << " graph-only build: " << secs << " s");
     CHECK(secs < 60);
 
-    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
     std::map<std::string, int> ops;
     for (const auto& n : m.graph().node()) ops[n.op_type()]++;
     CHECK(ops["Loop"] == pm.moe_layers);  // one expert loop per sparse layer
@@ -140,12 +134,7 @@ TEST_CASE("moe families: the published configs build graph-only in seconds, chec
 TEST_CASE("moe families: expert banks and attention sinks in the published graphs") {
   SUBCASE("mixtral: block_sparse_moe experts stacked from w1/w3/w2") {
     TempDir t;
-    fs::create_directories(t / "ckpt");
-    write_text(t / "ckpt" / "config.json", kMixtral8x7B);
-    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    onnx::ModelProto m = build_config_only(t, kMixtral8x7B, "--runtime onnxruntime");
     std::map<std::string, std::vector<int64_t>> inits;
     for (const auto& i : m.graph().initializer()) inits[i.name()] = dims_of(i);
     CHECK(inits["model.layers.0.block_sparse_moe.experts.gate_up_proj"] ==
@@ -156,12 +145,7 @@ TEST_CASE("moe families: expert banks and attention sinks in the published graph
   }
   SUBCASE("gpt-oss: sinks feed head_sink, sliding layers get a window, banks are stacked") {
     TempDir t;
-    fs::create_directories(t / "ckpt");
-    write_text(t / "ckpt" / "config.json", gpt_oss_config(24, 32));
-    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --no-weights");
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    onnx::ModelProto m = build_config_only(t, gpt_oss_config(24, 32), "--runtime onnxruntime");
     std::map<std::string, std::vector<int64_t>> inits;
     for (const auto& i : m.graph().initializer()) inits[i.name()] = dims_of(i);
     CHECK(inits["model.layers.0.mlp.experts.gate_up_proj"] == std::vector<int64_t>{32, 2880, 5760});
@@ -185,12 +169,7 @@ TEST_CASE("moe families: expert banks and attention sinks in the published graph
   }
   SUBCASE("gpt-oss with standard operators: the sinks join the softmax, no contrib op") {
     TempDir t;
-    fs::create_directories(t / "ckpt");
-    write_text(t / "ckpt" / "config.json", gpt_oss_config(2, 4));
-    RunResult r = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime --ops standard --no-weights");
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    onnx::ModelProto m = load_model(t / "out" / "model.onnx");
+    onnx::ModelProto m = build_config_only(t, gpt_oss_config(2, 4), "--runtime onnxruntime --ops standard");
     bool reads_sinks = false;
     for (const auto& n : m.graph().node()) {
       CHECK(n.domain().empty());

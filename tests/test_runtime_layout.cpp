@@ -2,6 +2,7 @@
 // runtime files made from the checkpoint's (tokenizer_config.json, config.json), refusals, and
 // the provenance's checkpoint hashes.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -309,6 +310,40 @@ TEST_CASE("layout: a local-dir download's metadata gives the sha256 of its LFS f
   check_digests(dir, t / "out", src, [](const std::string& n) {
     return n == "model-00001-of-00002.safetensors" ? "hub-download-metadata" : "computed";
   });
+}
+
+TEST_CASE("layout: a plain folder's digests are remembered for the same, unchanged files") {
+  TempDir t;
+  const fs::path src = golden("qwen35-tiny-sharded");
+  const fs::path dir = t / "local";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dir / e.path().filename());
+  const fs::path cache = t / "cache";
+  struct CacheEnv {
+    explicit CacheEnv(const fs::path& p) { ::setenv("MOBIUS_CACHE_DIR", p.c_str(), 1); }
+    ~CacheEnv() { ::setenv("MOBIUS_CACHE_DIR", "none", 1); }
+  } env(cache);
+  auto all = [](const char* source) { return [source](const std::string&) { return source; }; };
+  check_digests(dir, t / "out1", src, all("computed"));
+  size_t records = 0;
+  for (const auto& e : fs::directory_iterator(cache / "digests")) records += e.is_regular_file();
+  CHECK(records == 4);  // one per file, nothing in the checkpoint folder
+  CHECK_FALSE(fs::exists(dir / ".cache"));
+  check_digests(dir, t / "out2", src, all("digest-cache"));
+  // config.json rewritten with the same bytes (a new change time), a record made unreadable:
+  // both files are hashed again.
+  const std::string config = read_text(dir / "config.json");
+  std::ofstream(dir / "config.json", std::ios::trunc) << config;
+  struct stat st {};
+  REQUIRE(::stat((dir / "model-00002-of-00002.safetensors").c_str(), &st) == 0);
+  std::ofstream(cache / "digests" / (std::to_string(st.st_dev) + "-" + std::to_string(st.st_ino)),
+                std::ios::trunc) << "{not json";
+  check_digests(dir, t / "out3", src, [](const std::string& n) {
+    return n == "config.json" || n == "model-00002-of-00002.safetensors" ? "computed" : "digest-cache";
+  });
+  // MOBIUS_CACHE_DIR=none: no cache read.
+  ::setenv("MOBIUS_CACHE_DIR", "none", 1);
+  check_digests(dir, t / "out4", src, all("computed"));
 }
 
 TEST_CASE("layout: external data chunks") {

@@ -339,7 +339,10 @@ int main(int argc, char** argv) {
       "mobius " MOBIUS_VERSION
       " - build Hugging Face checkpoints into ONNX models for ONNX Runtime.\n"
       "Architectures come from plugins, searched in every --plugin-path, then\n"
-      "MOBIUS_PLUGIN_PATH (colon-separated), then the installed plugins folder."};
+      "MOBIUS_PLUGIN_PATH (colon-separated), then the installed plugins folder.\n"
+      "The sha256 of a local checkpoint's files (for mobius_provenance.json) is kept in\n"
+      "MOBIUS_CACHE_DIR (default ~/.cache/mobius; none: off) for the next build of the\n"
+      "same, unchanged files."};
   app.require_subcommand(1);
   app.set_version_flag("--version", MOBIUS_VERSION);
 
@@ -383,8 +386,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   build->add_option("--ops", opts.ops,
                     "Operators the graph may use:\n"
-                    "  ort       ONNX Runtime's fused operators where they fit (GroupQueryAttention,\n"
-                    "            RotaryEmbedding, SimplifiedLayerNormalization, MatMulNBits)\n"
+                    "  ort       ONNX Runtime's fused operators where they fit (GroupQueryAttention\n"
+                    "            with rotary inside, SimplifiedLayerNormalization, MatMulNBits)\n"
                     "  standard  the ONNX domain only (opset 17), for any ONNX runtime")
       ->check(CLI::IsMember({"ort", "standard"}))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_files.hpp"
+#include "digest_cache.hpp"
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
 #include "package.hpp"
@@ -346,7 +347,7 @@ struct FileDigest {
   std::string name;
   uint64_t size = 0;
   std::string sha256;
-  const char* source = "computed";  // or "hub-blob", "hub-download-metadata"
+  const char* source = "computed";  // or "hub-blob", "hub-download-metadata", "digest-cache"
 };
 
 bool is_sha256(const std::string& s) {
@@ -429,7 +430,13 @@ std::vector<SourceFile> open_source_files(const fs::path& dir,
       f.digest.source = "hub-blob";
     } else {
       f.digest.sha256 = download_metadata_sha256(folder, name, f.file);
-      if (!f.digest.sha256.empty()) f.digest.source = "hub-download-metadata";
+      if (!f.digest.sha256.empty()) {
+        f.digest.source = "hub-download-metadata";
+      } else {
+        // An earlier build's digest of this very file, unchanged since (digest_cache.hpp).
+        f.digest.sha256 = cached_sha256(f.file.fd.get(), dir / name);
+        if (!f.digest.sha256.empty()) f.digest.source = "digest-cache";
+      }
     }
     f.pending = f.digest.sha256.empty();
     out.push_back(std::move(f));
@@ -444,6 +451,8 @@ void hash_file(SourceFile& f, const fs::path& dir, const std::function<bool()>& 
   thread_local std::vector<char> buf(256u << 10);
   Sha256 h;
   uint64_t off = 0;
+  struct stat before {};
+  const bool stated = ::fstat(f.file.fd.get(), &before) == 0;
   for (;;) {
     if (stop && stop()) return;
     const ssize_t n = ::pread(f.file.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
@@ -456,6 +465,7 @@ void hash_file(SourceFile& f, const fs::path& dir, const std::function<bool()>& 
   f.digest.size = off;
   f.digest.sha256 = h.hex_digest();
   f.pending = false;
+  if (stated) remember_sha256(f.file.fd.get(), dir / f.digest.name, before, f.digest.sha256);
 }
 
 // Streams every initializer into place (unless `weights` is false) with up to opts.threads
