@@ -24,7 +24,7 @@
 // The last line is "component parity: N passed, M failed" (counting outputs).
 import fs from 'fs';
 import path from 'path';
-import { halfToFloat, loadOrt, modelFile, readSafetensors } from './golden_io.mjs';
+import { halfToFloat, loadOrt, modelFile, parseOptions, readSafetensors } from './golden_io.mjs';
 
 const USAGE = 'usage: component_parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR --graph GRAPH ' +
               '[--atol X] [--rtol Y] [--json]';
@@ -35,25 +35,10 @@ function die(msg) {
 }
 
 function parseArgs(argv) {
-  const a = { json: false };
-  for (let i = 0; i < argv.length; ++i) {
-    const k = argv[i];
-    const next = () => {
-      if (i + 1 >= argv.length) die(`${k} needs a value`);
-      return argv[++i];
-    };
-    if (k === '--model') a.model = next();
-    else if (k === '--case') a.caseDir = next();
-    else if (k === '--graph') a.graph = next();
-    else if (k === '--atol') a.atol = Number(next());
-    else if (k === '--rtol') a.rtol = Number(next());
-    else if (k === '--json') a.json = true;
-    else die(`unknown argument '${k}' (${USAGE})`);
-  }
-  if (!a.model || !a.caseDir || !a.graph) die(USAGE);
-  for (const t of ['atol', 'rtol'])
-    if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
-  return a;
+  return parseOptions(argv, {
+    '--model': ['model', 'string'], '--case': ['caseDir', 'string'], '--graph': ['graph', 'string'],
+    '--atol': ['atol', 'number'], '--rtol': ['rtol', 'number'], '--json': ['json', 'flag'],
+  }, ['model', 'caseDir', 'graph'], USAGE, die);
 }
 
 // case.json and reference.safetensors of a case, with the graph's reference tensors.

@@ -136,3 +136,27 @@ export function idFeeds(ort, inputs, ref, step) {
   }
   return feeds;
 }
+
+// Command-line options: `options` maps each option to [key, kind], kind 'string', 'number' or
+// 'flag' (false unless given). An unknown argument, a missing value, a missing `required` key
+// and a negative --atol/--rtol are die(message), with `usage` where it helps.
+export function parseOptions(argv, options, required, usage, die) {
+  const a = {};
+  for (const [key, kind] of Object.values(options)) if (kind === 'flag') a[key] = false;
+  for (let i = 0; i < argv.length; ++i) {
+    const k = argv[i];
+    if (!Object.hasOwn(options, k)) die(`unknown argument '${k}' (${usage})`);
+    const [key, kind] = options[k];
+    if (kind === 'flag') {
+      a[key] = true;
+      continue;
+    }
+    if (i + 1 >= argv.length) die(`${k} needs a value`);
+    const v = argv[++i];
+    a[key] = kind === 'number' ? Number(v) : v;
+  }
+  if (required.some((k) => a[k] === undefined)) die(usage);
+  for (const t of ['atol', 'rtol'])
+    if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
+  return a;
+}

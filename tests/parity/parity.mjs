@@ -16,7 +16,7 @@
 //
 // Exit status: 0 every step passed; 1 a step failed (including a model that does not load or run);
 // 2 a usage or I/O error. The last line is "parity: P passed, F failed" (counting steps).
-import { idFeeds, halfToFloat, loadCase, loadOrt, modelFile } from './golden_io.mjs';
+import { idFeeds, halfToFloat, loadCase, loadOrt, modelFile, parseOptions } from './golden_io.mjs';
 
 function die(msg) {
   process.stderr.write(`parity: error: ${msg}\n`);
@@ -24,24 +24,11 @@ function die(msg) {
 }
 
 function parseArgs(argv) {
-  const a = { json: false };
-  for (let i = 0; i < argv.length; ++i) {
-    const k = argv[i];
-    const next = () => {
-      if (i + 1 >= argv.length) die(`${k} needs a value`);
-      return argv[++i];
-    };
-    if (k === '--model') a.model = next();
-    else if (k === '--case') a.caseDir = next();
-    else if (k === '--atol') a.atol = Number(next());
-    else if (k === '--rtol') a.rtol = Number(next());
-    else if (k === '--top1') a.top1 = Number(next());
-    else if (k === '--json') a.json = true;
-    else die(`unknown argument '${k}' (usage: --model M --case C [--atol X] [--rtol Y] [--top1 RATE] [--json])`);
-  }
-  if (!a.model || !a.caseDir) die('usage: parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR');
-  for (const t of ['atol', 'rtol'])
-    if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
+  const a = parseOptions(argv, {
+    '--model': ['model', 'string'], '--case': ['caseDir', 'string'], '--atol': ['atol', 'number'],
+    '--rtol': ['rtol', 'number'], '--top1': ['top1', 'number'], '--json': ['json', 'flag'],
+  }, ['model', 'caseDir'],
+  'usage: parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR [--atol X] [--rtol Y] [--top1 RATE] [--json]', die);
   if (a.top1 !== undefined && !(a.top1 >= 0 && a.top1 <= 1)) die('--top1 must be a number from 0 to 1');
   return a;
 }
