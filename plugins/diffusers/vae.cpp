@@ -131,64 +131,68 @@ class MidBlock : public Module {
   ResnetBlock2D& r1_;
 };
 
-// DownEncoderBlock2D: `layers` resnets, then (but in the last block) a stride-2 conv after a
-// (0, 1, 0, 1) pad.
-class DownEncoderBlock : public Module {
+enum class Resample { Down, Up };
+
+// DownEncoderBlock2D (Resample::Down) and UpDecoderBlock2D (Up): `layers` resnets, then (but in
+// the last block) a stride-2 conv after a (0, 1, 0, 1) pad, or a nearest 2x upsample and a 3x3
+// conv.
+class ResnetBlocks : public Module {
  public:
-  DownEncoderBlock(int64_t in, int64_t out, int64_t layers, int64_t groups, bool downsample) {
+  ResnetBlocks(int64_t in, int64_t out, int64_t layers, int64_t groups, Resample r, bool resample) {
     for (int64_t i = 0; i < layers; ++i)
       resnets_.push_back(&add<ResnetBlock2D>("resnets." + std::to_string(i), i == 0 ? in : out, out,
                                              0, groups, kEps));
-    if (downsample) down_ = &add<Downsample2D>("downsamplers.0", out, true, 0, out);
+    if (resample && r == Resample::Down) down_ = &add<Downsample2D>("downsamplers.0", out, true, 0, out);
+    if (resample && r == Resample::Up) up_ = &add<Upsample2D>("upsamplers.0", out, true, out);
   }
   Value forward(Graph& g, Value x) const {
     for (const auto* r : resnets_) x = r->forward(g, x);
-    return down_ ? down_->forward(g, x) : x;
-  }
-
- private:
-  std::vector<ResnetBlock2D*> resnets_;
-  Downsample2D* down_ = nullptr;
-};
-
-// UpDecoderBlock2D: `layers` resnets, then (but in the last block) a nearest 2x upsample and a
-// 3x3 conv.
-class UpDecoderBlock : public Module {
- public:
-  UpDecoderBlock(int64_t in, int64_t out, int64_t layers, int64_t groups, bool upsample) {
-    for (int64_t i = 0; i < layers; ++i)
-      resnets_.push_back(&add<ResnetBlock2D>("resnets." + std::to_string(i), i == 0 ? in : out, out,
-                                             0, groups, kEps));
-    if (upsample) up_ = &add<Upsample2D>("upsamplers.0", out, true, out);
-  }
-  Value forward(Graph& g, Value x) const {
-    for (const auto* r : resnets_) x = r->forward(g, x);
+    if (down_) return down_->forward(g, x);
     return up_ ? up_->forward(g, x) : x;
   }
 
  private:
   std::vector<ResnetBlock2D*> resnets_;
+  Downsample2D* down_ = nullptr;
   Upsample2D* up_ = nullptr;
+};
+
+// What the Encoder and the Decoder share: their blocks.
+class Coder : public Module {
+ protected:
+  // Blocks `name`.<i> over the channels `ch`: block i maps ch[i - 1] (ch[0] for the first) to
+  // ch[i] with `layers` resnets; all but the last resample.
+  void add_blocks(const std::string& name, const std::vector<int64_t>& ch, int64_t layers,
+                  int64_t groups, Resample r) {
+    for (size_t i = 0; i < ch.size(); ++i)
+      blocks_.push_back(&add<ResnetBlocks>(name + "." + std::to_string(i), ch[i == 0 ? 0 : i - 1],
+                                           ch[i], layers, groups, r, i + 1 < ch.size()));
+  }
+  // The blocks in order.
+  Value blocks(Graph& g, Value x) const {
+    for (const auto* block : blocks_) x = block->forward(g, x);
+    return x;
+  }
+
+ private:
+  std::vector<ResnetBlocks*> blocks_;
 };
 
 // vae.py Encoder (double_z): conv_in, the down blocks, the mid block, conv_norm_out, SiLU,
 // conv_out to 2 * latent_channels.
-class Encoder : public Module {
+class Encoder : public Coder {
  public:
   explicit Encoder(const VaeConfig& c) {
     const auto& ch = c.block_out_channels;
     conv_in_ = &add<Conv2d>("conv_in", c.in_channels, ch.front(), 3, 1, 1);
-    for (size_t i = 0; i < ch.size(); ++i)
-      blocks_.push_back(&add<DownEncoderBlock>("down_blocks." + std::to_string(i), ch[i == 0 ? 0 : i - 1],
-                                               ch[i], c.layers_per_block, c.norm_num_groups,
-                                               i + 1 < ch.size()));
+    add_blocks("down_blocks", ch, c.layers_per_block, c.norm_num_groups, Resample::Down);
     mid_ = &add<MidBlock>("mid_block", ch.back(), c.norm_num_groups, c.mid_block_add_attention);
     norm_out_ = &add<GroupNorm>("conv_norm_out", ch.back(), c.norm_num_groups, kEps);
     conv_out_ = &add<Conv2d>("conv_out", ch.back(), 2 * c.latent_channels, 3, 1, 1);
   }
   Value forward(Graph& g, Value x) const {
     x = conv_in_->forward(g, x);
-    for (const auto* b : blocks_) x = b->forward(g, x);
+    x = blocks(g, x);
     x = mid_->forward(g, x);
     x = activation("silu", norm_out_->forward(g, x));
     return conv_out_->forward(g, x);
@@ -196,7 +200,6 @@ class Encoder : public Module {
 
  private:
   Conv2d* conv_in_;
-  std::vector<DownEncoderBlock*> blocks_;
   MidBlock* mid_;
   GroupNorm* norm_out_;
   Conv2d* conv_out_;
@@ -204,23 +207,20 @@ class Encoder : public Module {
 
 // vae.py Decoder (norm_type "group"): conv_in, the mid block, the up blocks over the channels in
 // reverse with layers_per_block + 1 resnets each, conv_norm_out, SiLU, conv_out.
-class Decoder : public Module {
+class Decoder : public Coder {
  public:
   explicit Decoder(const VaeConfig& c) {
     std::vector<int64_t> ch(c.block_out_channels.rbegin(), c.block_out_channels.rend());
     conv_in_ = &add<Conv2d>("conv_in", c.latent_channels, ch.front(), 3, 1, 1);
     mid_ = &add<MidBlock>("mid_block", ch.front(), c.norm_num_groups, c.mid_block_add_attention);
-    for (size_t i = 0; i < ch.size(); ++i)
-      blocks_.push_back(&add<UpDecoderBlock>("up_blocks." + std::to_string(i), ch[i == 0 ? 0 : i - 1],
-                                             ch[i], c.layers_per_block + 1, c.norm_num_groups,
-                                             i + 1 < ch.size()));
+    add_blocks("up_blocks", ch, c.layers_per_block + 1, c.norm_num_groups, Resample::Up);
     norm_out_ = &add<GroupNorm>("conv_norm_out", ch.back(), c.norm_num_groups, kEps);
     conv_out_ = &add<Conv2d>("conv_out", ch.back(), c.out_channels, 3, 1, 1);
   }
   Value forward(Graph& g, Value x) const {
     x = conv_in_->forward(g, x);
     x = mid_->forward(g, x);
-    for (const auto* b : blocks_) x = b->forward(g, x);
+    x = blocks(g, x);
     x = activation("silu", norm_out_->forward(g, x));
     return conv_out_->forward(g, x);
   }
@@ -228,7 +228,6 @@ class Decoder : public Module {
  private:
   Conv2d* conv_in_;
   MidBlock* mid_;
-  std::vector<UpDecoderBlock*> blocks_;
   GroupNorm* norm_out_;
   Conv2d* conv_out_;
 };
