@@ -27,18 +27,23 @@ function parseArgs(argv) {
   const a = parseOptions(argv, {
     '--model': ['model', 'string'], '--case': ['caseDir', 'string'], '--atol': ['atol', 'number'],
     '--rtol': ['rtol', 'number'], '--top1': ['top1', 'number'], '--json': ['json', 'flag'],
+    '--shared-buffer': ['shared', 'number'],
   }, ['model', 'caseDir'],
-  'usage: parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR [--atol X] [--rtol Y] [--top1 RATE] [--json]', die);
+  'usage: parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR [--atol X] [--rtol Y] [--top1 RATE] ' +
+  '[--shared-buffer MAX] [--json]', die);
   if (a.top1 !== undefined && !(a.top1 >= 0 && a.top1 <= 1)) die('--top1 must be a number from 0 to 1');
+  if (a.shared !== undefined && !(Number.isInteger(a.shared) && a.shared > 0))
+    die('--shared-buffer must be a positive integer');
   return a;
 }
 
-// An empty cache tensor: batch_size is the batch, past_sequence_length 0, numeric dims as given.
-function emptyCache(meta, batch) {
+// An empty cache tensor: batch_size is the batch, past_sequence_length `past` (0; with
+// --shared-buffer the buffer's length, zeros), numeric dims as given.
+function emptyCache(meta, batch, past = 0) {
   const dims = meta.shape.map((d) => {
     if (typeof d === 'number' && d >= 0) return d;
     if (d === 'batch_size') return batch;
-    if (d === 'past_sequence_length') return 0;
+    if (d === 'past_sequence_length') return past;
     throw new Error(`cache input '${meta.name}' has dim '${d}' that cannot be sized`);
   });
   const n = dims.reduce((x, y) => x * y, 1);
@@ -90,6 +95,10 @@ async function runCase(args) {
     return { atol, rtol, results };
   }
 
+  // --shared-buffer MAX: ONNX Runtime GenAI's past_present_share_buffer. Each cache input is one
+  // buffer of MAX positions from the first step on, bound as its present output too, so the
+  // operator appends in place; the attention mask says how much of it is filled.
+  const shared = args.shared;
   let cache = null;  // past_key_values.X -> tensor, from the previous step
   let chainBroken = false;  // a step did not run: the later ones have no cache to start from
   for (const s of steps) {
@@ -103,11 +112,19 @@ async function runCase(args) {
     let out;
     try {
       const feeds = idFeeds(ort, inputs, ref, s);
+      let fetches = null;
+      if (shared !== undefined) {
+        if (total > shared) throw new Error(`the case needs ${total} positions; --shared-buffer is ${shared}`);
+        fetches = { logits: null };
+        for (const name of session.outputNames) if (!name.startsWith('present.')) fetches[name] = null;
+      }
       for (const name of session.inputNames) {
         if (!name.startsWith('past_key_values.')) continue;
-        feeds[name] = cache ? cache[name] : emptyCache(inputs[name], batch);
+        feeds[name] = cache ? cache[name] : emptyCache(inputs[name], batch, shared ?? 0);
+        if (fetches) fetches['present.' + name.slice('past_key_values.'.length)] = feeds[name];
       }
-      out = await session.run(feeds, { logSeverityLevel: 4 });
+      out = fetches ? await session.run(feeds, fetches, { logSeverityLevel: 4 })
+                    : await session.run(feeds, { logSeverityLevel: 4 });
     } catch (e) {
       fail(s, `run failed: ${e.message}`);
       chainBroken = true;

@@ -2,10 +2,12 @@
 # run_case.sh - one parity test: build a golden case's checkpoint with the mobius CLI, compare it in
 # ONNX Runtime with tests/parity/parity.mjs.
 #
-#   run_case.sh CASE [f32|f16|int4|int4-asym|int8] [ort|standard]
+#   run_case.sh CASE [f32|f16|int4|int4-asym|int8] [ort|standard] [shared]
 #
 # The third argument is the operator set (--ops): ONNX Runtime's fused operators (the default) or
-# standard ONNX only; both must match transformers at the same tolerance.
+# standard ONNX only; both must match transformers at the same tolerance. With `shared`, the
+# harness runs the model as ONNX Runtime GenAI does with past_present_share_buffer: one cache
+# buffer of 64 positions per input, bound as its present output too (parity.mjs --shared-buffer).
 #
 # CASE is a folder, or a case name under tests/golden. Environment (meson sets both):
 #   MOBIUS_CLI          the built mobius executable (required)
@@ -15,12 +17,14 @@
 # failing test's log says why.
 set -euo pipefail
 
-usage="usage: run_case.sh CASE [f32|f16|int4|int4-asym|int8] [ort|standard]"
-[ $# -ge 1 ] && [ $# -le 3 ] || { echo "run_case: $usage" >&2; exit 2; }
+usage="usage: run_case.sh CASE [f32|f16|int4|int4-asym|int8] [ort|standard] [shared]"
+[ $# -ge 1 ] && [ $# -le 4 ] || { echo "run_case: $usage" >&2; exit 2; }
 case_dir=$1
 dtype=${2:-f32}
 ops=${3:-ort}
+cache=${4:-}
 case $ops in ort|standard) ;; *) echo "run_case: unknown operator set '$ops'; $usage" >&2; exit 2 ;; esac
+case $cache in '') ;; shared) ;; *) echo "run_case: unknown cache mode '$cache'; $usage" >&2; exit 2 ;; esac
 
 : "${MOBIUS_CLI:?run_case: set MOBIUS_CLI to the built mobius executable}"
 source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
@@ -59,6 +63,7 @@ case $dtype in
   int8) build_args=(--runtime onnxruntime --ops "$ops" --dtype int8); tolerance=(--top1 "${QUANT_TOP1:-0.9}") ;;
   *) echo "run_case: unknown dtype '$dtype'; $usage" >&2; exit 2 ;;
 esac
+[ "$cache" = shared ] && tolerance+=(--shared-buffer 64)
 
 out="$work/model"
 echo "== build: $MOBIUS_CLI build --model $case_dir $out ${build_args[*]}"
