@@ -197,11 +197,12 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
     q = RotaryEmbedding(q, rows, cos, sin, heads, rot, rope.interleaved);
     k = RotaryEmbedding(k, rows, cos, sin, kv_heads, rot, rope.interleaved);
   }
-  // Otherwise the operator rotates q and k itself, at each token's key slot (seqlens_k is
-  // total - 1 on every row, gqa_lengths). A left-padded row's slots are its positions plus
-  // its padding, the same offset for every token of the row; rotary scores depend on the
-  // difference of two positions only, so the logits are transformers' at the position_ids
-  // generation computes (cumsum(attention_mask) - 1). The cache holds keys rotated by slot.
+  // Otherwise the operator rotates q and k itself, each token at its slot (gqa_lengths). A
+  // left-padded row's slots are its positions plus its padding, the same offset for every
+  // token of the row; a right-padded row's tokens are written from slot 0 on, over its
+  // padding. Rotary scores depend on the difference of two positions only, so the logits are
+  // transformers' at the position_ids generation computes (cumsum(attention_mask) - 1). The
+  // cache holds keys rotated by slot.
   const bool inside = rot > 0 && !rotary_outside();
   auto [seqlens_k, total] = shared.gqa_lengths();
   std::vector<Attr> attrs{Attr("num_heads", heads), Attr("kv_num_heads", kv_heads),

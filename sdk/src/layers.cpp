@@ -80,11 +80,14 @@ std::pair<Value, Value> SharedInputs::gqa_lengths() {
   if (auto it = cache_.find("gqa/total"); it != cache_.end())
     return {cache_.at("gqa/seqlens_k"), it->second};
   ScopeGuard s(g_, "gqa_lengths");
-  Value total = DimOf(attention_mask, 1);  // int64 [1]
-  Value batch = DimOf(attention_mask, 0);
-  Value last = Cast(Sub(total, Int(g_, 1)), DType::Int32);
-  Value seqlens = Expand(last, batch, TensorType(DType::Int32, {Dim("batch_size")}));
-  Value total32 = Squeeze(Cast(total, DType::Int32), {0});
+  // A row's leading padding (ArgMax takes the first of equal maxima: the first one) plus its
+  // real tokens, minus one: the last slot of a left-padded (or unpadded) row, the last real
+  // token of a right-padded one.
+  Value lead = g_.node("ArgMax", {attention_mask}, {TensorType(DType::Int64, {Dim("batch_size")})},
+                       {Attr("axis", int64_t{1}), Attr("keepdims", int64_t{0})})[0];
+  Value count = ReduceSum(attention_mask, {1}, false);
+  Value seqlens = Cast(Sub(Add(lead, count), Int(g_, 1)), DType::Int32);
+  Value total32 = Squeeze(Cast(DimOf(attention_mask, 1), DType::Int32), {0});
   cache_["gqa/seqlens_k"] = seqlens;
   cache_["gqa/total"] = total32;
   return {seqlens, total32};
@@ -94,8 +97,10 @@ Value SharedInputs::gqa_bias() {
   if (auto it = cache_.find("gqa/bias"); it != cache_.end()) return it->second;
   ScopeGuard s(g_, "mask");
   const double lowest = act == DType::Float16 ? -65504.0 : -FLT_MAX;
-  Value real = Unsqueeze(Cast(attention_mask, DType::Bool), {1, 2});  // [batch, 1, 1, total]
-  Value row = Where(real, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+  // Slots from the row's first real token on are visible: the operator stops at seqlens_k,
+  // and past a right-padded prompt's last real token it writes the tokens that follow.
+  Value started = Greater(CumSum(attention_mask, 1), Int(g_, 0));  // [batch, total]
+  Value row = Where(Unsqueeze(started, {1, 2}), Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
   // The operator reads one row per query: [batch, 1, seq, total].
   Value shape = Concat({DimOf(attention_mask, 0), Ints(g_, {1}), DimOf(input_ids, 1), DimOf(attention_mask, 1)}, 0);
   Value bias = Expand(row, shape, TensorType(act, {Dim("batch_size"), Dim(1), Dim("sequence_length"), Dim("total_sequence_length")}));

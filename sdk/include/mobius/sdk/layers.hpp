@@ -60,14 +60,18 @@ class SharedInputs {
   std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
   // Boolean [batch, seq]: true at real (non-padding) query positions.
   Value query_is_real();
-  // For ONNX Runtime's GroupQueryAttention: seqlens_k (int32 [batch], the last key slot,
-  // total - 1 for every row: slots, not token counts, so left and right padding both work) and
-  // total_sequence_length (int32 scalar, the attention mask's width). With rotary inside the
-  // operator, a token's rotary position is therefore its slot (see Attention).
+  // For ONNX Runtime's GroupQueryAttention: seqlens_k (int32 [batch]) and
+  // total_sequence_length (int32 scalar, the attention mask's width). seqlens_k is a row's
+  // leading padding plus its real tokens, minus one: a left-padded or unpadded row keeps its
+  // tokens at their slots (the last slot, total - 1; its padding is masked by gqa_bias), a
+  // right-padded row (ONNX Runtime GenAI pads on the right) counts its real tokens, so the
+  // operator writes the next token over the padding, as GenAI's own graphs have it. Either way
+  // the operator's rotary, which turns a token at its slot, keeps every distance between two
+  // tokens of a row (see Attention).
   std::pair<Value, Value> gqa_lengths();
-  // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 at
-  // the key slots the attention mask marks real, the dtype's lowest value at padding. Causality
-  // and the sliding window are the operator's own (local_window_size).
+  // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 from
+  // a row's first real token on, the dtype's lowest value on its leading padding. Causality,
+  // the end of a right-padded row (seqlens_k) and the sliding window are the operator's own.
   Value gqa_bias();
   // Rotary caches for RotaryEmbedding / GroupQueryAttention: cos and sin [max_positions,
   // rotary_dim / 2] in the activation dtype, attention scaling applied, as initializers computed

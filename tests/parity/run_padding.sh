@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# run_padding.sh - right-padded batches, as ONNX Runtime GenAI pads them: a golden case's
+# checkpoint built with ONNX Runtime's operators against its standard-operator build (attention
+# at position_ids under the mask, as transformers' eager attention), both through the mobius CLI,
+# compared by tests/parity/right_padding.mjs with plain caches and with one shared buffer each.
+#
+#   run_padding.sh CASE [WINDOW]
+#
+# WINDOW replaces the config's sliding_window (in a copy of the case). On a right-padded row the
+# operator's window counts the row's real tokens, as GenAI's own graphs do, where transformers'
+# counts its padding slots too: the two agree while the window covers the whole row, so cases
+# with a window shorter than their rows run with a wider one. Environment as run_case.sh's
+# (MOBIUS_CLI, MOBIUS_SOURCE_ROOT). Exit 0 when both runs pass; 77 (skipped) without
+# onnxruntime-node.
+set -euo pipefail
+[ $# -ge 1 ] && [ $# -le 2 ] || { echo "run_padding: usage: run_padding.sh CASE [WINDOW]" >&2; exit 2; }
+window=${2:-}
+: "${MOBIUS_CLI:?run_padding: set MOBIUS_CLI to the built mobius executable}"
+source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
+case_dir=$1
+if [ ! -d "$case_dir" ] && [ -d "$source_root/tests/golden/$case_dir" ]; then
+  case_dir="$source_root/tests/golden/$case_dir"
+fi
+[ -f "$case_dir/case.json" ] || { echo "run_padding: no case.json in $case_dir" >&2; exit 2; }
+if [ ! -f "$source_root/node_modules/onnxruntime-node/package.json" ]; then
+  echo "run_padding: SKIP: onnxruntime-node is not installed in $source_root/node_modules"
+  exit 77
+fi
+case_dir=$(cd "$case_dir" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-padding.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+if [ -n "$window" ]; then
+  cp -r "$case_dir" "$work/case"
+  node -e 'const fs = require("fs"); const f = process.argv[1]; const c = JSON.parse(fs.readFileSync(f, "utf8"));
+           c.sliding_window = Number(process.argv[2]); fs.writeFileSync(f, JSON.stringify(c, null, 1));' \
+    "$work/case/config.json" "$window"
+  case_dir="$work/case"
+fi
+for ops in ort standard; do
+  echo "== build: $MOBIUS_CLI build --model $case_dir $work/$ops --runtime onnxruntime --ops $ops"
+  "$MOBIUS_CLI" build --model "$case_dir" "$work/$ops" --runtime onnxruntime --ops "$ops" 2>&1 ||
+    { echo "run_padding: FAIL: mobius build --ops $ops failed"; exit 1; }
+done
+cd "$source_root"
+status=0
+for shared in "" "--shared-buffer 64"; do
+  # shellcheck disable=SC2086  # $shared is empty or two words
+  node tests/parity/right_padding.mjs --model "$work/ort" --reference "$work/standard" --case "$case_dir" $shared 2>&1 ||
+    status=1
+done
+[ $status -eq 0 ] || echo "run_padding: FAIL"
+exit $status
