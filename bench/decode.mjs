@@ -20,7 +20,8 @@
 //   --paired     takes the models in pairs A B and measures each pair in one process: session
 //                creation alternately (--creations N each, default 6, even, the median), and at each
 //                context their decode steps interleaved, the median of the ratios of neighbouring
-//                steps (A/B). Prints one JSON object per pair; --reps gives the median of N runs.
+//                steps (A/B). Prints one JSON object per pair: over 2 * ceil(--reps / 2) runs
+//                alternating which model is opened first, the geometric mean of the ratios.
 // Prints one JSON object per model: create_s, rss_create_mib, peak_rss_mib, prefill_ms,
 // prefill_long_ms, decode_ms (at the prompt length), decode_long_ms, the fastest single steps
 // (decode_min_ms, decode_long_min_ms) and other_cpu, the share of the machine's CPU that other
@@ -445,21 +446,40 @@ async function parent(opts) {
   if (opts.out) writeFileSync(opts.out, JSON.stringify(all, null, 1) + '\n');
 }
 
-// --paired: each pair measured --reps times, each time in a fresh child; per pair, the median
-// over the repetitions of each number.
+// --paired: each pair measured in 2 * ceil(--reps / 2) fresh children, the second of every two
+// with the models opened in the other order: the session opened first in a process decodes
+// measurably slower than the second (about 6% here, whichever graph it is; the memory each
+// gets), so the order alternates and each ratio is the geometric mean over the children (A/B
+// in every one), which cancels that. Times are medians over the children.
 async function parentPaired(opts) {
   const all = [];
+  const geo = (xs) => Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / xs.length);
   for (let i = 0; i < opts.models.length; i += 2) {
-    const pair = [opts.models[i], opts.models[i + 1]];
+    const [A, B] = [opts.models[i], opts.models[i + 1]];
     const reps = [];
-    for (let rep = 0; rep < opts.reps; rep++) reps.push(await measure(pair, opts));
+    for (let rep = 0; rep < 2 * Math.ceil(opts.reps / 2); rep++) {
+      const swapped = rep % 2 === 1;
+      const x = await measure(swapped ? [B, A] : [A, B], opts);
+      if (!swapped) {
+        reps.push({ ...x, swapped });
+        continue;
+      }
+      // Back to A and B: a child's "a" was B.
+      reps.push({
+        a: x.b, b: x.a, swapped, other_cpu: x.other_cpu,
+        create_a_s: x.create_b_s, create_b_s: x.create_a_s, create_ratio: 1 / x.create_ratio,
+        contexts: x.contexts.map((c) => ({ past: c.past, a_ms: c.b_ms, b_ms: c.a_ms, ratio: 1 / c.ratio })),
+      });
+    }
     const med = (get) => median(reps.map(get));
     const r = {
-      a: reps[0].a, b: reps[0].b, reps: reps.length,
-      create_a_s: med((x) => x.create_a_s), create_b_s: med((x) => x.create_b_s), create_ratio: med((x) => x.create_ratio),
+      a: resolve(A), b: resolve(B), reps: reps.length,
+      create_a_s: med((x) => x.create_a_s), create_b_s: med((x) => x.create_b_s),
+      create_ratio: geo(reps.map((x) => x.create_ratio)),
       contexts: reps[0].contexts.map((c, k) => ({
         past: c.past,
-        a_ms: med((x) => x.contexts[k].a_ms), b_ms: med((x) => x.contexts[k].b_ms), ratio: med((x) => x.contexts[k].ratio),
+        a_ms: med((x) => x.contexts[k].a_ms), b_ms: med((x) => x.contexts[k].b_ms),
+        ratio: geo(reps.map((x) => x.contexts[k].ratio)),
         ratio_each: reps.map((x) => x.contexts[k].ratio),
       })),
       other_cpu: Math.max(...reps.map((x) => x.other_cpu)),

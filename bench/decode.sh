@@ -4,7 +4,8 @@
 # CPU execution provider (onnxruntime-node, 2 intra-op threads), with the memory-bandwidth floor.
 # Each model is measured alone (a fresh process: its RSS, creation and step times), then each
 # mobius graph with the builder's of its dtype in one process, creations alternating and decode
-# steps interleaved: the ratios that process-to-process drift on a shared machine cannot move.
+# steps interleaved: the ratios that process-to-process drift on a shared machine cannot move
+# (runs alternate which model is opened first: the first one decodes slower, whichever it is).
 #
 # usage: bench/decode.sh
 #   MOBIUS     the mobius CLI (default build/mobius)

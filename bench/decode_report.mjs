@@ -98,9 +98,9 @@ if (existsSync(pairedFile)) {
   const of = (dt) => paired.find((p) => p.a.endsWith(`/mobius-${dt}`));
   const f32 = of('f32'), int4 = of('int4');
   const cell = (p, get, each) => (p ? get(p).toFixed(2) + (each ? ` (${each(p).map((x) => x.toFixed(2)).join(', ')})` : '') : 'n/a');
-  out.push('Measured in pairs (mobius / builder, one process per pair and repetition: session creations ' +
-    'alternating, decode steps interleaved; the median over repetitions of the median step ratio, ' +
-    'each repetition in brackets):');
+  out.push('Measured in pairs (mobius / builder, one process per pair and run: session creations ' +
+    'alternating, decode steps interleaved, the median step ratio; runs alternate which model is ' +
+    'opened first, and the figure is the geometric mean over them, each run in brackets):');
   out.push('');
   out.push('| | f32 ratio | int4 ratio |');
   out.push('|---|---|---|');

@@ -26,23 +26,10 @@ cache=${4:-}
 case $ops in ort|standard) ;; *) echo "run_case: unknown operator set '$ops'; $usage" >&2; exit 2 ;; esac
 case $cache in '') ;; shared) ;; *) echo "run_case: unknown cache mode '$cache'; $usage" >&2; exit 2 ;; esac
 
-: "${MOBIUS_CLI:?run_case: set MOBIUS_CLI to the built mobius executable}"
-source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
+# shellcheck source=case_common.sh
+. "$(dirname "$0")/case_common.sh"
+resolve_case run_case golden
 parity="$source_root/tests/parity/parity.mjs"
-
-if [ ! -d "$case_dir" ] && [ -d "$source_root/tests/golden/$case_dir" ]; then
-  case_dir="$source_root/tests/golden/$case_dir"
-fi
-[ -x "$MOBIUS_CLI" ] || { echo "run_case: MOBIUS_CLI is not an executable: $MOBIUS_CLI" >&2; exit 2; }
-[ -f "$case_dir/case.json" ] || { echo "run_case: no case.json in $case_dir" >&2; exit 2; }
-if [ ! -f "$source_root/node_modules/onnxruntime-node/package.json" ]; then
-  echo "run_case: SKIP: onnxruntime-node is not installed in $source_root/node_modules (scripts/setup.sh installs it)"
-  exit 77
-fi
-case_dir=$(cd "$case_dir" && pwd)  # absolute: node runs from the source root below
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-parity.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 
 case $dtype in
   f32) build_args=(--runtime onnxruntime --ops "$ops"); tolerance=() ;;

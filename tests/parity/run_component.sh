@@ -20,19 +20,9 @@ graph=$2
 dtype=${3:-f32}
 ops=${4:-ort}
 case $ops in ort|standard) ;; *) echo "run_component: unknown operator set '$ops'; $usage" >&2; exit 2 ;; esac
-: "${MOBIUS_CLI:?run_component: set MOBIUS_CLI to the built mobius executable}"
-source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
-if [ ! -d "$case_dir" ] && [ -d "$source_root/tests/golden-diffusers/$case_dir" ]; then
-  case_dir="$source_root/tests/golden-diffusers/$case_dir"
-fi
-[ -f "$case_dir/case.json" ] || { echo "run_component: no case.json in $case_dir" >&2; exit 2; }
-if [ ! -f "$source_root/node_modules/onnxruntime-node/package.json" ]; then
-  echo "run_component: SKIP: onnxruntime-node is not installed in $source_root/node_modules (scripts/setup.sh installs it)"
-  exit 77
-fi
-case_dir=$(cd "$case_dir" && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-component.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=case_common.sh
+. "$(dirname "$0")/case_common.sh"
+resolve_case run_component golden-diffusers
 
 case $dtype in
   f32) tolerance=() ;;

@@ -15,20 +15,10 @@
 set -euo pipefail
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "run_padding: usage: run_padding.sh CASE [WINDOW]" >&2; exit 2; }
 window=${2:-}
-: "${MOBIUS_CLI:?run_padding: set MOBIUS_CLI to the built mobius executable}"
-source_root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
 case_dir=$1
-if [ ! -d "$case_dir" ] && [ -d "$source_root/tests/golden/$case_dir" ]; then
-  case_dir="$source_root/tests/golden/$case_dir"
-fi
-[ -f "$case_dir/case.json" ] || { echo "run_padding: no case.json in $case_dir" >&2; exit 2; }
-if [ ! -f "$source_root/node_modules/onnxruntime-node/package.json" ]; then
-  echo "run_padding: SKIP: onnxruntime-node is not installed in $source_root/node_modules"
-  exit 77
-fi
-case_dir=$(cd "$case_dir" && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-padding.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=case_common.sh
+. "$(dirname "$0")/case_common.sh"
+resolve_case run_padding golden
 if [ -n "$window" ]; then
   cp -r "$case_dir" "$work/case"
   node -e 'const fs = require("fs"); const f = process.argv[1]; const c = JSON.parse(fs.readFileSync(f, "utf8"));
