@@ -157,9 +157,18 @@ class ResnetBlocks : public Module {
   Upsample2D* up_ = nullptr;
 };
 
-// What the Encoder and the Decoder share: their blocks.
+// What the Encoder and the Decoder share: conv_in, the blocks and the mid block (in an order
+// of their own), conv_norm_out, SiLU, conv_out.
 class Coder : public Module {
  protected:
+  Value forward_coder(Graph& g, Value x, bool mid_first) const {
+    x = conv_in_->forward(g, x);
+    if (mid_first) x = mid_->forward(g, x);
+    x = blocks(g, x);
+    if (!mid_first) x = mid_->forward(g, x);
+    x = activation("silu", norm_out_->forward(g, x));
+    return conv_out_->forward(g, x);
+  }
   // Blocks `name`.<i> over the channels `ch`: block i maps ch[i - 1] (ch[0] for the first) to
   // ch[i] with `layers` resnets; all but the last resample.
   void add_blocks(const std::string& name, const std::vector<int64_t>& ch, int64_t layers,
@@ -173,6 +182,11 @@ class Coder : public Module {
     for (const auto* block : blocks_) x = block->forward(g, x);
     return x;
   }
+
+  Conv2d* conv_in_ = nullptr;
+  MidBlock* mid_ = nullptr;
+  GroupNorm* norm_out_ = nullptr;
+  Conv2d* conv_out_ = nullptr;
 
  private:
   std::vector<ResnetBlocks*> blocks_;
@@ -190,19 +204,7 @@ class Encoder : public Coder {
     norm_out_ = &add<GroupNorm>("conv_norm_out", ch.back(), c.norm_num_groups, kEps);
     conv_out_ = &add<Conv2d>("conv_out", ch.back(), 2 * c.latent_channels, 3, 1, 1);
   }
-  Value forward(Graph& g, Value x) const {
-    x = conv_in_->forward(g, x);
-    x = blocks(g, x);
-    x = mid_->forward(g, x);
-    x = activation("silu", norm_out_->forward(g, x));
-    return conv_out_->forward(g, x);
-  }
-
- private:
-  Conv2d* conv_in_;
-  MidBlock* mid_;
-  GroupNorm* norm_out_;
-  Conv2d* conv_out_;
+  Value forward(Graph& g, Value x) const { return forward_coder(g, x, false); }
 };
 
 // vae.py Decoder (norm_type "group"): conv_in, the mid block, the up blocks over the channels in
@@ -217,19 +219,7 @@ class Decoder : public Coder {
     norm_out_ = &add<GroupNorm>("conv_norm_out", ch.back(), c.norm_num_groups, kEps);
     conv_out_ = &add<Conv2d>("conv_out", ch.back(), c.out_channels, 3, 1, 1);
   }
-  Value forward(Graph& g, Value x) const {
-    x = conv_in_->forward(g, x);
-    x = mid_->forward(g, x);
-    x = blocks(g, x);
-    x = activation("silu", norm_out_->forward(g, x));
-    return conv_out_->forward(g, x);
-  }
-
- private:
-  Conv2d* conv_in_;
-  MidBlock* mid_;
-  GroupNorm* norm_out_;
-  Conv2d* conv_out_;
+  Value forward(Graph& g, Value x) const { return forward_coder(g, x, true); }
 };
 
 // AutoencoderKL.encode without the sampling: the encoder, then quant_conv (1x1) when
