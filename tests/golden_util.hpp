@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <fstream>
 #include <functional>
 
@@ -93,6 +95,29 @@ inline onnx::ModelProto build_config_only(const TempDir& t, const std::string& c
   INFO(r.output);
   REQUIRE(r.status == 0);
   return load_model(t / "out" / "model.onnx");
+}
+
+// Every tensor of a safetensors file (a case's reference.safetensors), by name.
+struct RefTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+inline std::map<std::string, RefTensor> read_safetensors_file(const fs::path& p) {
+  const std::string s = read_text(p);
+  REQUIRE(s.size() >= 8);
+  uint64_t n = 0;
+  std::memcpy(&n, s.data(), 8);
+  auto h = nlohmann::json::parse(s.substr(8, n));
+  std::map<std::string, RefTensor> out;
+  for (const auto& [name, v] : h.items()) {
+    if (name == "__metadata__") continue;
+    const auto b = v["data_offsets"][0].get<size_t>(), e = v["data_offsets"][1].get<size_t>();
+    out[name] = {v["dtype"], v["shape"].get<std::vector<int64_t>>(),
+                 std::vector<uint8_t>(s.begin() + static_cast<std::ptrdiff_t>(8 + n + b),
+                                      s.begin() + static_cast<std::ptrdiff_t>(8 + n + e))};
+  }
+  return out;
 }
 
 // A node's integer attribute; -1 when it has none.

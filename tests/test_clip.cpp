@@ -81,29 +81,6 @@ void copy_text_encoder(const std::string& c, const fs::path& dir,
   write_safetensors(dir / "model.safetensors", ts);
 }
 
-// Every tensor of a safetensors file, by name.
-struct RefTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-std::map<std::string, RefTensor> read_safetensors_file(const fs::path& p) {
-  const std::string s = read_text(p);
-  REQUIRE(s.size() >= 8);
-  uint64_t n = 0;
-  std::memcpy(&n, s.data(), 8);
-  auto h = nlohmann::json::parse(s.substr(8, n));
-  std::map<std::string, RefTensor> out;
-  for (const auto& [name, v] : h.items()) {
-    if (name == "__metadata__") continue;
-    const auto b = v["data_offsets"][0].get<size_t>(), e = v["data_offsets"][1].get<size_t>();
-    out[name] = {v["dtype"], v["shape"].get<std::vector<int64_t>>(),
-                 std::vector<uint8_t>(s.begin() + static_cast<std::ptrdiff_t>(8 + n + b),
-                                      s.begin() + static_cast<std::ptrdiff_t>(8 + n + e))};
-  }
-  return out;
-}
-
 StTensor st(const std::string& name, const RefTensor& t) { return {name, t.dtype, t.shape, t.bytes}; }
 
 std::vector<int64_t> dims_of(const onnx::TensorProto& t) { return {t.dims().begin(), t.dims().end()}; }

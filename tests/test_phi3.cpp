@@ -302,29 +302,6 @@ struct PhiReference {
   }
 };
 
-// A safetensors file of the steps a parity case holds (tests/golden/README.md).
-struct RefTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-};
-
-std::map<std::string, RefTensor> read_reference(const fs::path& p) {
-  const std::string s = read_text(p);
-  uint64_t n = 0;
-  std::memcpy(&n, s.data(), 8);
-  auto h = nlohmann::json::parse(s.substr(8, n));
-  std::map<std::string, RefTensor> out;
-  for (const auto& [name, v] : h.items()) {
-    if (name == "__metadata__") continue;
-    const auto b = v["data_offsets"][0].get<size_t>(), e = v["data_offsets"][1].get<size_t>();
-    out[name] = {v["dtype"], v["shape"].get<std::vector<int64_t>>(),
-                 std::vector<uint8_t>(s.begin() + static_cast<std::ptrdiff_t>(8 + n + b),
-                                      s.begin() + static_cast<std::ptrdiff_t>(8 + n + e))};
-  }
-  return out;
-}
-
 StTensor i64_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int64_t>& v) {
   StTensor t{name, "I64", std::move(shape), std::vector<uint8_t>(v.size() * 8)};
   std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
@@ -442,7 +419,7 @@ TEST_CASE("phi3: a run below original_max_position_embeddings uses the short fac
   // The reference first meets transformers' own logits: row 1 of the golden case has no
   // padding, and every step of the case is a long run (positions past 4).
   {
-    auto ref = read_reference(golden("phi3-longrope") / "reference.safetensors");
+    auto ref = read_safetensors_file(golden("phi3-longrope") / "reference.safetensors");
     PhiReference model(w, golden_cfg);
     const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> steps = {
         {{39, 167, 167, 34, 43, 26, 48}, {0, 1, 2, 3, 4, 5, 6}}, {{33}, {7}}, {{45}, {8}}};
