@@ -22,17 +22,17 @@ inline fs::path golden(const std::string& c) {
   return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden" / c;
 }
 
-// Copies a golden checkpoint (single or sharded safetensors) into `dir` as one file, letting the
-// caller edit the config and rename, drop (keep returns false) or add tensors.
-inline void copy_case(const std::string& c, const fs::path& dir,
-                      const std::function<void(nlohmann::json&)>& edit_config = {},
-                      const std::function<bool(StTensor&)>& keep = {},
-                      const std::vector<StTensor>& extra = {}) {
+// Copies the checkpoint in folder `src` (single or sharded safetensors) into `dir` as one file,
+// letting the caller edit the config and rename, drop (keep returns false) or add tensors.
+inline void copy_checkpoint(const fs::path& src, const fs::path& dir,
+                            const std::function<void(nlohmann::json&)>& edit_config = {},
+                            const std::function<bool(StTensor&)>& keep = {},
+                            const std::vector<StTensor>& extra = {}) {
   fs::create_directories(dir);
-  nlohmann::json cfg = nlohmann::json::parse(read_text(golden(c) / "config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(read_text(src / "config.json"));
   if (edit_config) edit_config(cfg);
   write_text(dir / "config.json", cfg.dump());
-  auto reader = open_safetensors_checkpoint(golden(c));
+  auto reader = open_safetensors_checkpoint(src);
   std::vector<StTensor> ts;
   for (const auto& m : reader->tensors()) {
     static const std::map<int32_t, const char*> names = {
@@ -45,6 +45,14 @@ inline void copy_case(const std::string& c, const fs::path& dir,
   }
   ts.insert(ts.end(), extra.begin(), extra.end());
   write_safetensors(dir / "model.safetensors", ts);
+}
+
+// copy_checkpoint of golden case `c`.
+inline void copy_case(const std::string& c, const fs::path& dir,
+                      const std::function<void(nlohmann::json&)>& edit_config = {},
+                      const std::function<bool(StTensor&)>& keep = {},
+                      const std::vector<StTensor>& extra = {}) {
+  copy_checkpoint(golden(c), dir, edit_config, keep, extra);
 }
 
 // `mobius build -q [extra] --model ckpt out` with the build tree's CLI.

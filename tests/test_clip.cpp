@@ -63,22 +63,7 @@ void copy_text_encoder(const std::string& c, const fs::path& dir,
                        const std::function<void(nlohmann::json&)>& edit = {},
                        const std::function<bool(StTensor&)>& keep = {},
                        const std::vector<StTensor>& extra = {}) {
-  const fs::path src = diffusers_case(c) / "text_encoder";
-  fs::create_directories(dir);
-  nlohmann::json cfg = nlohmann::json::parse(read_text(src / "config.json"));
-  if (edit) edit(cfg);
-  write_text(dir / "config.json", cfg.dump());
-  auto reader = open_safetensors_checkpoint(src);
-  static const std::map<int32_t, const char*> names = {{MOBIUS_DTYPE_FLOAT, "F32"}, {MOBIUS_DTYPE_INT64, "I64"}};
-  std::vector<StTensor> ts;
-  for (const auto& m : reader->tensors()) {
-    REQUIRE(names.count(m.dtype));
-    StTensor t{m.name, names.at(m.dtype), m.shape, std::vector<uint8_t>(m.nbytes)};
-    reader->read(m, t.bytes.data());
-    if (!keep || keep(t)) ts.push_back(std::move(t));
-  }
-  ts.insert(ts.end(), extra.begin(), extra.end());
-  write_safetensors(dir / "model.safetensors", ts);
+  copy_checkpoint(diffusers_case(c) / "text_encoder", dir, edit, keep, extra);
 }
 
 StTensor st(const std::string& name, const RefTensor& t) { return {name, t.dtype, t.shape, t.bytes}; }
