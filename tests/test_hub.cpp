@@ -20,7 +20,7 @@
 #include "hub.hpp"
 #include "hub_cache.hpp"
 #include "mobius/hub.hpp"
-#include "sha256.hpp"
+#include "digest.hpp"
 #include "untrusted.hpp"
 
 extern char** environ;
@@ -332,8 +332,14 @@ TEST_CASE("hub: ids, revisions, names and settings are read as huggingface_hub r
   CHECK(hub::normalize_etag("W/\"abc\"") == "abc");
   CHECK(hub::normalize_etag("\"abc\"") == "abc");
   CHECK(hub::normalize_etag("abc") == "abc");
-  CHECK(!hub::is_safe_etag("../x"));
-  CHECK(!hub::is_safe_etag("a/b"));
+  CHECK(!hub::is_blob_name("../x"));
+  CHECK(!hub::is_blob_name("a/b"));
+  CHECK(!hub::is_blob_name(std::string(64, 'a') + ".incomplete"));  // another blob's download
+  CHECK(!hub::is_blob_name(std::string(64, 'A')));                  // digests are lowercase
+  CHECK(!hub::is_blob_name(std::string(63, 'a')));
+  CHECK(!hub::is_blob_name("W/" + std::string(40, 'a')));
+  CHECK(hub::is_blob_name(std::string(64, 'a')));
+  CHECK(hub::is_blob_name(std::string(40, '0')));
   CHECK(hub::repo_folder_name("org/name") == "models--org--name");
 
   CHECK(hub::resolve_url("https://h.example", "org/n", "refs/pr/1", "sub dir/a+b.json") ==

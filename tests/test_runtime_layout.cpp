@@ -12,7 +12,7 @@
 
 #include "golden_util.hpp"
 #include "layout.hpp"
-#include "sha256.hpp"
+#include "digest.hpp"
 
 using namespace mobius;
 using namespace mobius::test;
@@ -264,52 +264,38 @@ void check_digests(const fs::path& ckpt, const fs::path& out, const fs::path& sr
   }
 }
 
-TEST_CASE("layout: a cache snapshot's LFS files take their sha256 from their blob's name") {
-  // A huggingface_hub cache: the shards are links to blobs named by their sha256 (LFS files,
-  // checked against that name when downloaded), config.json a link to a blob named by its git
-  // hash (not a sha256), the index a regular file. Only the shards' digests come from the cache.
+TEST_CASE("layout: names nobody verified are never taken for digests: cache blob names, local-dir metadata") {
+  // A huggingface_hub cache whose blobs are named by digests that are not theirs (a cache
+  // another tool filled, or a hostile hub's names): the provenance hashes the bytes.
   TempDir t;
   const fs::path src = golden("qwen35-tiny-sharded");
   const fs::path repo = t / "hub" / "models--org--tiny";
   const fs::path snapshot = repo / "snapshots" / std::string(40, 'c');
   fs::create_directories(repo / "blobs");
   fs::create_directories(snapshot);
-  std::map<std::string, std::string> blob;
-  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
-    blob[shard] = sha256_of(src / shard);
-  blob["config.json"] = "a9993e364706816aba3e25717850c26c9cd0d89d";
+  const std::map<std::string, std::string> blob = {
+      {"model-00001-of-00002.safetensors", std::string(64, 'a')},
+      {"model-00002-of-00002.safetensors", sha256_of(src / "model-00001-of-00002.safetensors")},
+      {"config.json", "a9993e364706816aba3e25717850c26c9cd0d89d"}};
   for (const auto& [name, b] : blob) {
     fs::copy_file(src / name, repo / "blobs" / b);
     fs::create_symlink("../../blobs/" + b, snapshot / name);
   }
   fs::copy_file(src / "model.safetensors.index.json", snapshot / "model.safetensors.index.json");
-  check_digests(snapshot, t / "out", src, [](const std::string& n) {
-    return n.rfind("model-", 0) == 0 ? "hub-blob" : "computed";
-  });
-}
+  auto computed = [](const std::string&) { return "computed"; };
+  check_digests(snapshot, t / "out", src, computed);
 
-TEST_CASE("layout: a local-dir download's metadata gives the sha256 of its LFS files") {
-  // huggingface_hub's download to a local directory writes .cache/huggingface/download/<name>
-  // .metadata: commit, etag (the sha256 of an LFS file, a git hash otherwise), time written.
-  TempDir t;
-  const fs::path src = golden("qwen35-tiny-sharded");
+  // huggingface_hub's download to a local directory records each file's etag in
+  // .cache/huggingface/download/<name>.metadata (commit, etag, time written): what the hub
+  // announced, never checked, so not taken either.
   const fs::path dir = t / "local";
   fs::create_directories(dir / ".cache" / "huggingface" / "download");
   for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), dir / e.path().filename());
   const double now = static_cast<double>(std::time(nullptr)) + 5;
-  auto meta = [&](const std::string& name, const std::string& etag, double stamp) {
-    std::ofstream(dir / ".cache" / "huggingface" / "download" / (name + ".metadata"))
-        << std::string(40, 'c') << "\n" << etag << "\n" << std::to_string(stamp) << "\n";
-  };
-  const std::string s1 = sha256_of(src / "model-00001-of-00002.safetensors");
-  // The first shard's record is current; the second's was written before the file changed, so
-  // it is outdated (and wrong, to show it is not used); config.json's etag is a git hash.
-  meta("model-00001-of-00002.safetensors", s1, now);
-  meta("model-00002-of-00002.safetensors", std::string(64, 'a'), now - 3600);
-  meta("config.json", "a9993e364706816aba3e25717850c26c9cd0d89d", now);
-  check_digests(dir, t / "out", src, [](const std::string& n) {
-    return n == "model-00001-of-00002.safetensors" ? "hub-download-metadata" : "computed";
-  });
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+    std::ofstream(dir / ".cache" / "huggingface" / "download" / (std::string(shard) + ".metadata"))
+        << std::string(40, 'c') << "\n" << std::string(64, 'b') << "\n" << std::to_string(now) << "\n";
+  check_digests(dir, t / "out2", src, computed);
 }
 
 TEST_CASE("layout: a plain folder's digests are remembered for the same, unchanged files") {

@@ -25,7 +25,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr uint64_t kMaxIndexBytes = uint64_t{100} << 20;
+constexpr uint64_t kMaxIndexBytes = kWeightIndexMax;
 
 }  // namespace
 

@@ -2,10 +2,16 @@
 // request to the next), reset before every request so no option leaks from one to another.
 #include "http.hpp"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -36,12 +42,74 @@ void global_init() {
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxHeaders = 256;
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 struct Transfer {
   const Request* req;
   Response resp;
   bool headers_done = false;
   bool aborted = false;
+  Clock::time_point start = Clock::now();
+  // The body's rate window: when it began and how many bytes had come by then.
+  Clock::time_point window_start;
+  curl_off_t window_bytes = 0;
+  std::string timed_out;  // why the transfer timed out, when it did
+  std::string refused;    // the address a connection was refused to, when one was
 };
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// Called by libcurl at least once a second: the header deadline, then the body's minimum rate.
+int on_progress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  const Request& r = *t->req;
+  if (!t->headers_done) {
+    if (seconds_since(t->start) > r.header_timeout_s) {
+      t->timed_out = "no complete answer within " + format_seconds(r.header_timeout_s) + " s";
+      return 1;
+    }
+    return 0;
+  }
+  const double in_window = seconds_since(t->window_start);
+  if (in_window >= r.rate_window_s) {
+    const double rate = static_cast<double>(dlnow - t->window_bytes) / in_window;
+    if (rate < static_cast<double>(r.min_rate)) {
+      t->timed_out = "the body came at " + format_seconds(std::round(rate * 10) / 10) +
+                     " bytes/s over " + format_seconds(std::round(in_window)) + " s, below the minimum of " +
+                     std::to_string(r.min_rate) + " bytes/s";
+      return 1;
+    }
+    t->window_start = Clock::now();
+    t->window_bytes = dlnow;
+  }
+  return 0;
+}
+
+// Opens the socket of a connection unless its address is more private than the request allows.
+curl_socket_t open_socket(void* user, curlsocktype, struct curl_sockaddr* a) {
+  auto* t = static_cast<Transfer*>(user);
+  if (t->req->max_space) {
+    const net::AddressSpace s = net::sockaddr_space(&a->addr);
+    if (!net::reachable(*t->req->max_space, s)) {
+      char host[INET6_ADDRSTRLEN] = "?";
+      if (a->family == AF_INET)
+        ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a->addr)->sin_addr, host, sizeof host);
+      else if (a->family == AF_INET6)
+        ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a->addr)->sin6_addr, host, sizeof host);
+      t->refused = std::string(host) + " (a " + net::space_name(s) + " address)";
+      return CURL_SOCKET_BAD;
+    }
+  }
+  return ::socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -59,6 +127,7 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   if (line == "\r\n" || line == "\n") {
     if (t->resp.status >= 200) {
       t->headers_done = true;
+      t->window_start = Clock::now();
       if (t->req->on_headers && !t->req->on_headers(t->resp)) {
         t->aborted = true;
         return 0;
@@ -93,11 +162,12 @@ TransportError::Kind classify(CURLcode rc) {
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_CONNECT:
       return TransportError::Kind::Connect;
+    case CURLE_OPERATION_TIMEDOUT:
+      return TransportError::Kind::Timeout;
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING:
-    case CURLE_OPERATION_TIMEDOUT:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
@@ -171,9 +241,12 @@ Response Client::perform(const Request& req) {
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, req.connect_timeout_s);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, req.stall_timeout_s);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.header_timeout_s * 1000) + 1);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
+  curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &t);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, impl_->err);
   CURLcode rc = curl_easy_perform(h);
@@ -181,7 +254,13 @@ Response Client::perform(const Request& req) {
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.resp.status);
     return std::move(t.resp);
   }
+  if (!t.timed_out.empty()) throw TransportError(TransportError::Kind::Timeout, t.timed_out);
+  if (!t.refused.empty() && rc == CURLE_COULDNT_CONNECT)
+    throw TransportError(TransportError::Kind::Refused, "refused to connect to " + t.refused);
   if (t.aborted) throw TransportError(TransportError::Kind::Aborted, "transfer stopped");
+  if (rc == CURLE_OPERATION_TIMEDOUT)
+    throw TransportError(TransportError::Kind::Timeout,
+                         "could not connect within " + format_seconds(req.header_timeout_s) + " s");
   std::string msg = curl_easy_strerror(rc);
   if (impl_->err[0]) msg += std::string(" (") + impl_->err + ")";
   throw TransportError(classify(rc), msg);
@@ -241,6 +320,18 @@ bool same_origin(const std::string& a, const std::string& b) {
   };
   std::string ka = key(ua);
   return !ua.get(CURLUPART_HOST).empty() && ka == key(ub);
+}
+
+std::string scheme_of(const std::string& url) {
+  global_init();
+  Url u;
+  return u.set(url) ? lower(u.get(CURLUPART_SCHEME)) : std::string();
+}
+
+std::string host_of(const std::string& url) {
+  global_init();
+  Url u;
+  return u.set(url) ? lower(u.get(CURLUPART_HOST)) : std::string();
 }
 
 std::string origin_of(const std::string& url) {

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "net_policy.hpp"
+
 namespace mobius::http {
 
 struct Response {
@@ -30,8 +32,10 @@ class TransportError : public std::runtime_error {
  public:
   enum class Kind {
     Connect,   // could not resolve or connect: nothing was exchanged
-    Transfer,  // dropped or stalled mid-way (worth resuming)
-    Aborted,   // the body callback returned false
+    Transfer,  // dropped mid-way (worth resuming)
+    Timeout,   // no answer in time, or a body below the minimum rate (worth one more try)
+    Refused,   // every address the host has is one Request::max_space forbids
+    Aborted,   // a callback returned false
     Fatal,     // TLS, protocol or local failure: retrying does not help
   };
   TransportError(Kind kind, const std::string& message)
@@ -50,8 +54,17 @@ struct Request {
   std::function<bool(const char* data, size_t n)> on_body;
   // Called once the final response's headers are in, before any body byte: false stops it.
   std::function<bool(const Response&)> on_headers;
-  long connect_timeout_s = 10;
-  long stall_timeout_s = 30;  // a transfer below 1 byte/s for this long fails (Transfer)
+  // The final response's headers must be in within this many seconds of the start, connecting
+  // included (a HEAD's whole answer): a silent server or one trickling its headers fails
+  // (Timeout) however many bytes it sends.
+  double header_timeout_s = 10;
+  // Then the body must bring at least min_rate bytes/s over every window of rate_window_s
+  // seconds (a body that stops, or trickles, fails with Timeout).
+  uint64_t min_rate = 1024;
+  double rate_window_s = 10;
+  // When set, no connection is made to an address more private than this (checked on the
+  // address connected to, so a name that resolves there is refused too): Refused.
+  std::optional<net::AddressSpace> max_space;
 };
 
 // One connection cache: reuse one Client per thread. Not thread-safe itself.
@@ -84,6 +97,11 @@ bool is_relative_reference(std::string_view location);
 
 // Scheme, host (lower case) and port (the scheme's default when absent) are equal.
 bool same_origin(const std::string& a, const std::string& b);
+
+// The scheme (lower case) and host (lower case; an IPv6 address in brackets) of a URL, empty
+// when it does not parse.
+std::string scheme_of(const std::string& url);
+std::string host_of(const std::string& url);
 
 // "scheme://host[:port]" of a URL, for messages; the URL itself when it does not parse.
 std::string origin_of(const std::string& url);

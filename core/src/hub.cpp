@@ -40,245 +40,19 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_files.hpp"
-#include "progress.hpp"
-#include "sha256.hpp"
+#include "digest.hpp"
+#include "hub_session.hpp"
 #include "untrusted.hpp"
 
 namespace mobius {
 namespace hub {
-namespace {
 
-bool is_sha256(std::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-std::optional<uint64_t> parse_u64(const std::string* s) {
-  if (!s || s->empty() || s->size() > 19) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : *s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return v;
-}
-
-// Seconds a Retry-After header asks for (delta-seconds or an HTTP date), nullopt when absent.
-std::optional<double> retry_after(const http::Response& r) {
-  const std::string* v = r.header("retry-after");
-  if (!v) return std::nullopt;
-  if (auto s = parse_u64(v)) return static_cast<double>(*s);
-  std::tm tm{};
-  if (::strptime(v->c_str(), "%a, %d %b %Y %H:%M:%S", &tm)) {
-    double d = std::difftime(::timegm(&tm), std::time(nullptr));
-    return d > 0 ? d : 0.0;
-  }
-  return std::nullopt;
-}
-
-double backoff(int attempt) { return std::min(8.0, std::pow(2.0, attempt - 1)); }
-
-void sleep_s(double s) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(s * 1000)));
-}
-
-bool retryable_status(long s) { return s == 429 || (s >= 500 && s <= 599); }
-
-// One progress line on stderr for all files: bar, bytes, throughput, ETA, files done.
-class Progress {
- public:
-  Progress(bool enabled, uint64_t total, size_t files)
-      : enabled_(enabled), total_(total), files_(files), t0_(std::chrono::steady_clock::now()) {
-    if (enabled_) thread_ = std::thread([this] { loop(); });
-  }
-  ~Progress() { finish(); }
-  void add(int64_t n) { done_ += n; }
-  void file_done() { ++files_done_; }
-  void finish() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-    draw(true);  // the elapsed time, and the end of the line
-    std::fflush(stderr);
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> l(mu_);
-    while (!stop_) {
-      draw(false);
-      cv_.wait_for(l, std::chrono::milliseconds(100));
-    }
-  }
-  void draw(bool final) {
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    uint64_t done = static_cast<uint64_t>(std::max<int64_t>(0, done_.load()));
-    draw_progress("download", done, total_, secs, final,
-                  std::to_string(files_done_.load()) + "/" + std::to_string(files_) + " files");
-  }
-
-  bool enabled_;
-  uint64_t total_;
-  size_t files_;
-  std::chrono::steady_clock::time_point t0_;
-  std::atomic<int64_t> done_{0};
-  std::atomic<size_t> files_done_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-// Thrown by a worker that stopped because another one failed; never reported.
-struct Stopped {};
-
-// Runs fn(i, client) for i in [0, n) on up to `workers` threads, each with its own connection
-// cache. The first failure stops the others (`stop` is raised) and is rethrown here.
-template <typename Fn>
-void run_parallel(size_t n, size_t workers, std::atomic<bool>& stop, Fn fn) {
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex mu;
-  auto work = [&] {
-    try {
-      http::Client client;
-      for (size_t i = next++; i < n && !stop; i = next++) fn(i, client);
-    } catch (const Stopped&) {
-    } catch (...) {
-      std::lock_guard<std::mutex> l(mu);
-      if (!error) error = std::current_exception();
-      stop = true;
-    }
-  };
-  workers = std::min(workers, n);
-  if (workers <= 1) {
-    if (n) work();
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t i = 0; i < workers; ++i) pool.emplace_back(work);
-    for (auto& t : pool) t.join();
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-// An open file descriptor, closed on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-int pwrite_all(int fd, const char* p, size_t n, uint64_t off) {
-  while (n) {
-    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-    off += static_cast<uint64_t>(w);
-  }
-  return 0;
-}
-
-class Session {
- public:
-  Session(const Config& cfg, std::string repo, std::string revision, const HubOptions& opts)
-      : cfg_(cfg), repo_(std::move(repo)), rev_(std::move(revision)), opts_(opts), rc_(cfg.cache, repo_) {}
-
-  ModelSource run();
-
- private:
-  struct Item {
-    std::string file;
-    FileMeta meta;
-  };
-  enum class Probe { Cached, Found, Missing };
-
-  std::vector<std::string> base_headers(const std::string& url) const;
-  http::Response request(http::Client& c, bool head, const std::string& url,
-                         const std::vector<std::string>& extra, const std::string& file);
-  std::optional<FileMeta> head(http::Client& c, const std::string& file, const std::string& rev,
-                               std::string* absent_at = nullptr);
-  Probe probe(http::Client& c, const std::string& file, Item* out);
-  void probe_all(const std::vector<std::string>& files, bool required);
-  void add_item(Item it);
-  void resolve_root(http::Client& c);
-  void fetch_now(http::Client& c, const Item& item);
-  void choose_weights(http::Client& c, const std::string& component);
-  void fetch_pipeline();
-  void download_all();
-  void fetch(http::Client& c, const Item& item, Progress& pg);
-  void publish(const Item& item);
-
-  [[noreturn]] void fail_status(const http::Response& r, const std::string& url,
-                                const std::string& file, const std::string& rev) const;
-  [[noreturn]] void fail_transport(const http::TransportError& e, const std::string& url,
-                                   const std::string& file) const;
-  [[noreturn]] void fail_missing(const std::string& file) const;
-  std::string at() const { return repo_ + (rev_ == "main" ? "" : "@" + printable(rev_)); }
-  // "org/name (commit <hash>): <file>", for what a file of the pinned commit holds.
-  std::string in_commit(const std::string& file) const {
-    return at() + " (commit " + commit_ + "): " + file;
-  }
-
-  const Config& cfg_;
-  std::string repo_;
-  std::string rev_;
-  const HubOptions& opts_;
-  RepoCache rc_;
-  std::string commit_;
-  bool pipeline_ = false;  // model_index.json at the root, no config.json
-  std::mutex items_mu_;
-  std::vector<Item> items_;  // files to link or download
-  std::atomic<bool> stop_{false};
-  uint64_t fetched_bytes_ = 0;
-  size_t fetched_files_ = 0;
-};
-
-std::vector<std::string> Session::base_headers(const std::string& url) const {
-  std::vector<std::string> h = {"Accept-Encoding: identity"};
-  // The token goes to the endpoint's own site only, never to a CDN or any other host.
-  if (!cfg_.token.empty() && http::same_origin(url, cfg_.endpoint))
-    h.push_back("Authorization: Bearer " + cfg_.token);
-  return h;
-}
-
-// One request with retries on 429, 5xx and failed connections (the status is returned once it
-// is final; redirects are returned too).
-http::Response Session::request(http::Client& c, bool head, const std::string& url,
-                                const std::vector<std::string>& extra, const std::string& file) {
-  http::Request req;
-  req.head = head;
-  req.url = url;
-  req.headers = base_headers(url);
-  req.headers.insert(req.headers.end(), extra.begin(), extra.end());
-  for (int attempt = 1;; ++attempt) {
-    if (stop_) throw Stopped{};
-    try {
-      http::Response r = c.perform(req);
-      if (retryable_status(r.status) && attempt < kMaxAttempts) {
-        sleep_s(std::min(kMaxRetryAfter, retry_after(r).value_or(backoff(attempt))));
-        continue;
-      }
-      return r;
-    } catch (const http::TransportError& e) {
-      using K = http::TransportError::Kind;
-      bool again = e.kind() == K::Transfer ? attempt < kMaxAttempts
-                   : e.kind() == K::Connect ? attempt < 2
-                                            : false;
-      if (!again) fail_transport(e, url, file);
-      sleep_s(backoff(attempt));
-    }
-  }
+Session::Session(const Config& cfg, std::string repo, std::string revision, const HubOptions& opts)
+    : cfg_(cfg), repo_(std::move(repo)), rev_(std::move(revision)), opts_(opts), rc_(cfg.cache, repo_) {
+  // The endpoint's own space (a name that does not resolve here is taken as public, the
+  // strictest): a hub on a public address sends nothing to the private network or loopback.
+  context_ = net::resolve_space(http::host_of(cfg_.endpoint)).value_or(net::AddressSpace::Public);
+  check_sockets_ = !net::proxy_configured();
 }
 
 // The file's metadata at rev, or nullopt when the repository has no such file (then *absent_at
@@ -287,7 +61,7 @@ std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, 
                                       std::string* absent_at) {
   std::string url = resolve_url(cfg_.endpoint, repo_, rev, file);
   for (int hops = 0;; ++hops) {
-    http::Response r = request(c, /*head=*/true, url, {}, file);
+    http::Response r = request(c, /*head=*/true, url, file);
     if (r.status >= 300 && r.status < 400) {
       const std::string* loc = r.header("location");
       std::optional<std::string> next = loc ? http::resolve_location(url, *loc) : std::nullopt;
@@ -301,6 +75,7 @@ std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, 
         url = *next;
         continue;
       }
+      check_hop(url, *next, file);
       return file_meta(r, *next, file);  // to a CDN: the metadata is in this response
     }
     if (r.status >= 200 && r.status < 300) return file_meta(r, url, file);
@@ -454,215 +229,6 @@ void Session::fetch_pipeline() {
                  [&](size_t i, http::Client& c) { choose_weights(c, models[i]); });
 }
 
-void Session::publish(const Item& it) {
-  if (!rc_.links_to(commit_, it.file, it.meta.etag)) rc_.link(commit_, it.file, it.meta.etag);
-}
-
-void Session::fetch(http::Client& c, const Item& it, Progress& pg) {
-  const FileMeta& m = it.meta;
-  if (rc_.has_blob(m.etag)) {
-    publish(it);
-    return;
-  }
-  BlobLock lock(rc_.lock_file(m.etag), [&] {
-    if (!opts_.quiet)
-      std::fprintf(stderr, "\nmobius: waiting for another process downloading %s (lock %s)\n",
-                   it.file.c_str(), rc_.lock_file(m.etag).c_str());
-  });
-  if (rc_.has_blob(m.etag)) {  // another process finished it meanwhile
-    if (m.size) pg.add(static_cast<int64_t>(*m.size));
-    pg.file_done();
-    publish(it);
-    return;
-  }
-  const fs::path blob = rc_.blob(m.etag);
-  const fs::path inc = rc_.incomplete(m.etag);
-  std::error_code ec;
-  fs::create_directories(blob.parent_path(), ec);
-  Fd fd;
-  fd.fd = ::open(inc.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd.fd < 0)
-    throw Error(ErrorKind::Io, "[hub] cannot create " + inc.string() + ": " + std::strerror(errno));
-  struct stat st{};
-  ::fstat(fd.fd, &st);
-  uint64_t have = static_cast<uint64_t>(st.st_size);
-  Sha256 sha;
-  if (m.size && have > *m.size) {
-    if (::ftruncate(fd.fd, 0) != 0)
-      throw Error(ErrorKind::Io, "[hub] cannot truncate " + inc.string() + ": " + std::strerror(errno));
-    have = 0;
-  }
-  if (have && m.lfs) {
-    // A resumed download: the bytes already on disk count in the digest.
-    std::vector<char> buf(1 << 20);
-    uint64_t off = 0;
-    while (off < have) {
-      ssize_t n = ::pread(fd.fd, buf.data(), std::min<uint64_t>(buf.size(), have - off), static_cast<off_t>(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        have = off;
-        break;
-      }
-      sha.update(buf.data(), static_cast<size_t>(n));
-      off += static_cast<uint64_t>(n);
-    }
-  }
-  pg.add(static_cast<int64_t>(have));
-  const uint64_t resumed_from = have;
-
-  auto restart = [&] {
-    if (::ftruncate(fd.fd, 0) != 0)
-      throw Error(ErrorKind::Io, "[hub] cannot truncate " + inc.string() + ": " + std::strerror(errno));
-    pg.add(-static_cast<int64_t>(have));
-    have = 0;
-    sha.reset();
-  };
-
-  std::string url = m.url;
-  int hops = 0;
-  for (int attempt = 1;;) {
-    if (m.size && have == *m.size) break;
-    if (stop_) throw Stopped{};
-    std::vector<std::string> headers = base_headers(url);
-    if (have) headers.push_back("Range: bytes=" + std::to_string(have) + "-");
-    int write_err = 0;
-    bool bad_range = false, too_long = false;
-    http::Request req;
-    req.url = url;
-    req.headers = headers;
-    req.on_headers = [&](const http::Response& r) {
-      if (r.status == 206) {
-        // "bytes START-END/TOTAL": the part must start where the file ends.
-        const std::string* cr = r.header("content-range");
-        unsigned long long start = 0;
-        if (!cr || std::sscanf(cr->c_str(), "bytes %llu-", &start) != 1 || start != have) {
-          bad_range = true;
-          return false;
-        }
-      } else if (r.status >= 200 && r.status < 300 && have) {
-        // The whole file is coming again.
-        if (::ftruncate(fd.fd, 0) != 0) {
-          write_err = errno;
-          return false;
-        }
-        pg.add(-static_cast<int64_t>(have));
-        have = 0;
-        sha.reset();
-      }
-      return true;
-    };
-    req.on_body = [&](const char* p, size_t n) {
-      if (stop_) return false;
-      if (m.size && have + n > *m.size) {
-        too_long = true;
-        return false;
-      }
-      if ((write_err = pwrite_all(fd.fd, p, n, have)) != 0) return false;
-      if (m.lfs) sha.update(p, n);
-      have += n;
-      pg.add(static_cast<int64_t>(n));
-      return true;
-    };
-    http::Response r;
-    try {
-      r = c.perform(req);
-    } catch (const http::TransportError& e) {
-      using K = http::TransportError::Kind;
-      if (write_err)
-        throw Error(ErrorKind::Io, "[hub] cannot write " + inc.string() + ": " + std::strerror(write_err) +
-                                       " (the partial file stays and resumes on the next run)");
-      if (stop_) throw Stopped{};
-      if (too_long) {
-        restart();
-        throw Error(ErrorKind::Io, "[hub] " + at() + ": " + it.file + " from " + http::origin_of(url) +
-                                       " is larger than the " + std::to_string(*m.size) + " bytes announced");
-      }
-      if (bad_range) {
-        restart();
-      } else if (e.kind() == K::Fatal || e.kind() == K::Aborted ||
-                 (e.kind() == K::Connect && attempt >= 2) || attempt >= kMaxAttempts) {
-        fail_transport(e, url, it.file);
-      } else {
-        sleep_s(backoff(attempt));  // resumed from where it stopped
-      }
-      ++attempt;
-      continue;
-    }
-    if (r.status >= 300 && r.status < 400) {
-      const std::string* loc = r.header("location");
-      std::optional<std::string> next = loc ? http::resolve_location(url, *loc) : std::nullopt;
-      if (!next || ++hops > 10)
-        throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " redirected " + it.file +
-                                       (next ? " too many times" : " to an unusable location"));
-      url = *next;
-      continue;
-    }
-    if (r.status == 416 && have) {  // the range does not fit what is served: start over
-      restart();
-      ++attempt;
-      continue;
-    }
-    if (retryable_status(r.status) && attempt < kMaxAttempts) {
-      sleep_s(std::min(kMaxRetryAfter, retry_after(r).value_or(backoff(attempt))));
-      ++attempt;
-      continue;
-    }
-    if (r.status >= 200 && r.status < 300) {
-      if (!m.size || have == *m.size) break;
-      if (attempt >= kMaxAttempts)
-        throw Error(ErrorKind::Io, "[hub] " + at() + ": " + it.file + " from " + http::origin_of(url) +
-                                       " ended after " + std::to_string(have) + " of " +
-                                       std::to_string(*m.size) + " bytes, " +
-                                       std::to_string(kMaxAttempts) + " times");
-      sleep_s(backoff(attempt++));
-      continue;
-    }
-    fail_status(r, url, it.file, commit_);
-  }
-  if (::fsync(fd.fd) != 0)
-    throw Error(ErrorKind::Io, "[hub] cannot write " + inc.string() + ": " + std::strerror(errno));
-  if (m.lfs) {
-    std::string got = sha.hex_digest();
-    if (got != m.etag) {
-      ::unlink(inc.c_str());
-      throw Error(ErrorKind::Io, "[hub] " + at() + ": " + it.file + " is corrupt: its sha256 is " + got +
-                                     ", the hub announced " + m.etag +
-                                     " (X-Linked-Etag); the download was deleted, run again");
-    }
-  }
-  ::close(fd.fd);
-  fd.fd = -1;
-  if (::rename(inc.c_str(), blob.c_str()) != 0)
-    throw Error(ErrorKind::Io, "[hub] cannot move " + inc.string() + " to " + blob.string() + ": " +
-                                   std::strerror(errno));
-  sync_dir(blob.parent_path());
-  {
-    std::lock_guard<std::mutex> l(items_mu_);
-    fetched_bytes_ += have - resumed_from;
-    ++fetched_files_;
-  }
-  pg.file_done();
-  publish(it);
-}
-
-void Session::download_all() {
-  std::vector<const Item*> todo;
-  uint64_t total = 0;
-  for (const Item& it : items_) {
-    if (rc_.links_to(commit_, it.file, it.meta.etag)) continue;
-    if (rc_.has_blob(it.meta.etag)) {
-      publish(it);
-      continue;
-    }
-    todo.push_back(&it);
-    total += it.meta.size.value_or(0);
-  }
-  if (todo.empty()) return;
-  Progress pg(opts_.progress, total, todo.size());
-  run_parallel(todo.size(), kWorkers, stop_, [&](size_t i, http::Client& c) { fetch(c, *todo[i], pg); });
-  pg.finish();
-}
-
 ModelSource Session::run() {
   http::Client c;
   resolve_root(c);
@@ -734,10 +300,16 @@ void Session::fail_status(const http::Response& r, const std::string& url, const
 }
 
 void Session::fail_transport(const http::TransportError& e, const std::string& url,
-                             const std::string& file) const {
+                             const std::string& file, bool head) const {
   const bool endpoint = http::same_origin(url, cfg_.endpoint);
   std::string msg = "[hub] cannot " + std::string(endpoint ? "reach the hub at " : "download from ") +
                     http::origin_of(url) + " (" + file + " of " + at() + "): " + printable(e.what());
+  if (e.kind() == http::TransportError::Kind::Timeout) msg += timeout_note(head);
+  if (e.kind() == http::TransportError::Kind::Refused) {
+    msg += ": the hub at " + http::origin_of(cfg_.endpoint) + " is on a " + net::space_name(context_) +
+           " address, and a download never goes from there to a more private one; nothing was stored";
+    throw Error(ErrorKind::Io, msg);
+  }
   if (endpoint && std::getenv("HF_ENDPOINT")) msg += "; HF_ENDPOINT is " + quote_name(cfg_.endpoint);
   std::optional<std::string> cached = is_commit_hash(rev_) ? std::optional(rev_) : rc_.read_ref(rev_);
   if (cached && (rc_.has_file(*cached, "config.json") || rc_.has_file(*cached, kModelIndex)))
@@ -746,6 +318,8 @@ void Session::fail_transport(const http::TransportError& e, const std::string& u
     msg += "; check the network and any proxy (HTTPS_PROXY)";
   throw Error(ErrorKind::Io, msg);
 }
+
+namespace {
 
 [[noreturn]] void fail_offline(const Config& cfg, const std::string& repo, const std::string& what) {
   (void)cfg;
@@ -769,16 +343,35 @@ FileMeta file_meta(const http::Response& r, const std::string& url, const std::s
     throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent no ETag for " + file);
   m.etag = normalize_etag(*etag);
   m.lfs = linked != nullptr;
-  if (!is_safe_etag(m.etag))
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent an unusable ETag " +
-                                   quote_name(*etag) + " for " + file);
-  if (m.lfs && !is_sha256(m.etag))
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent an X-Linked-Etag for " + file +
-                                   " that is not a sha256: " + quote_name(*etag));
-  if (const std::string* ls = r.header("x-linked-size"))
-    m.size = parse_u64(ls);
-  else if (r.status >= 200 && r.status < 300)
-    m.size = parse_u64(r.header("content-length"));
+  // The ETag names the blob the bytes are stored as: only a digest can be one (a sha256, or a
+  // git blob sha1), never a name another file's blob or download could take.
+  if (m.lfs ? !is_sha256_hex(m.etag) : !is_blob_name(m.etag))
+    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent " +
+                                   (m.lfs ? "an X-Linked-Etag" : "an ETag") + " for " + file + " that is not " +
+                                   (m.lfs ? "a sha256 (64 lowercase hex digits): " : "a sha256 or git blob sha1 (64 or 40 lowercase hex digits): ") +
+                                   quote_name(*etag) + "; nothing was requested for it");
+  const std::string* ls = r.header("x-linked-size");
+  const std::string* cl = r.status >= 200 && r.status < 300 ? r.header("content-length") : nullptr;
+  if (ls || cl) {
+    m.size = parse_u64(ls ? ls : cl);
+    if (!m.size)
+      throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent an unusable " +
+                                     (ls ? "X-Linked-Size " : "Content-Length ") + quote_name(ls ? *ls : *cl) +
+                                     " for " + file);
+  }
+  // A small file is bounded by what its reader accepts; anything else (weights) by its size.
+  m.limit = small_file_limit(file);
+  if (m.limit == 0) {
+    if (!m.size)
+      throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent no size for " + file +
+                                     " (X-Linked-Size or Content-Length): a download of unknown length is not taken");
+    m.limit = *m.size;
+  } else if (m.size && *m.size > m.limit) {
+    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " announced " + file + " at " +
+                                   std::to_string(*m.size) + " bytes, over the " + human_bytes(static_cast<double>(m.limit)) +
+                                   " a " + fs::path(file).filename().string() +
+                                   " may have; nothing was requested for it");
+  }
   m.url = url;
   return m;
 }
@@ -811,7 +404,7 @@ bool is_component_name(std::string_view name) {
 }
 
 std::vector<std::string> pipeline_components(const fs::path& index_file, const std::string& display) {
-  constexpr TextLimits kIndexLimits{1u << 20, 64, 1u << 16};
+  constexpr TextLimits kIndexLimits{kPipelineIndexMax, 64, 1u << 16};
   const std::string text = read_limited(index_file, display, kIndexLimits.max_bytes);
   const nlohmann::json j = parse_json_limited(text, display, kIndexLimits, "hub");
   if (!j.is_object()) throw Error("[hub] " + display + ": not a JSON object");
@@ -851,7 +444,7 @@ std::vector<WeightNames> weight_names(const std::string& component) {
 
 std::vector<std::string> index_shards(const fs::path& index_file, const std::string& display,
                                       const std::string& scope) {
-  constexpr TextLimits kIndexLimits{100u << 20, 64, 1u << 24};
+  constexpr TextLimits kIndexLimits{kWeightIndexMax, 64, 1u << 24};
   const std::string text = read_limited(index_file, display, kIndexLimits.max_bytes);
   nlohmann::json j = parse_json_limited(text, display, kIndexLimits, "hub");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

@@ -85,11 +85,14 @@ struct FileMeta {
   std::string etag;                   // X-Linked-Etag or ETag, normalized: the blob's name
   bool lfs = false;                   // X-Linked-Etag was sent: etag is the content's sha256
   std::optional<uint64_t> size;       // X-Linked-Size, else Content-Length of a 2xx
+  uint64_t limit = 0;                 // the most bytes taken: small_file_limit, else the size
   std::string url;                    // where to GET it: the redirect target, or the resolve URL
 };
 
 // Parses a HEAD response (2xx, or the 3xx to another host) of `file`. Throws mobius::Error
-// naming the file and the header that is missing or unusable.
+// naming the file and the header that is missing or unusable: an ETag that is not a digest
+// (is_blob_name; a sha256 for X-Linked-Etag), a size over the file's limit (small_file_limit),
+// no size for a file without a limit of its own (weights).
 FileMeta file_meta(const http::Response& r, const std::string& url, const std::string& file);
 
 // The shard names an index's weight_map lists (sorted, each once), each checked with
@@ -106,7 +109,7 @@ std::string resolve_url(const std::string& endpoint, const std::string& repo,
                         const std::string& revision, const std::string& file);
 
 // Retries: at most kMaxAttempts tries of one request, waiting 1, 2, 4, 8 s between them (or
-// what Retry-After asks, at most kMaxRetryAfter s). A failed connection is tried twice only.
+// what Retry-After asks, at most kMaxRetryAfter s); the other bounds are in hub_session.hpp.
 inline constexpr int kMaxAttempts = 5;
 inline constexpr double kMaxRetryAfter = 60;
 // Files downloaded at once.

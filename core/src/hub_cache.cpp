@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "digest.hpp"
 #include "mobius/error.hpp"
 #include "untrusted.hpp"
 
@@ -93,6 +94,20 @@ bool valid_repo_part(std::string_view p) {
 
 std::atomic<uint64_t> g_temp_counter{0};
 
+// A timeout variable: unset or empty gives the default; else a positive number of seconds.
+double timeout_from_env(const char* name, double def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  errno = 0;
+  const double d = std::strtod(v, &end);
+  if (errno || end == v || *end || !(d > 0) || d > 86400)
+    throw Error("[hub] " + std::string(name) + " is " + quote_name(v) +
+                ": expected a positive number of seconds (at most 86400); the default is " +
+                std::to_string(static_cast<int>(def)));
+  return d;
+}
+
 }  // namespace
 
 bool env_true(const char* value) {
@@ -119,6 +134,8 @@ Config Config::from_env() {
   const char* off = std::getenv("HF_HUB_OFFLINE");
   if (!off || !*off) off = std::getenv("TRANSFORMERS_OFFLINE");
   c.offline = env_true(off);
+  c.etag_timeout_s = timeout_from_env("HF_HUB_ETAG_TIMEOUT", 10);
+  c.download_timeout_s = timeout_from_env("HF_HUB_DOWNLOAD_TIMEOUT", 10);
 
   for (const char* k : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
     std::string t = clean_token(getenv_str(k));
@@ -206,12 +223,7 @@ std::string normalize_etag(std::string_view etag) {
   return std::string(e);
 }
 
-bool is_safe_etag(std::string_view etag) {
-  if (etag.empty() || etag.size() > 128 || etag.find("..") != std::string_view::npos) return false;
-  for (char c : etag)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
-  return etag.front() != '.';
-}
+bool is_blob_name(std::string_view etag) { return is_sha256_hex(etag) || is_sha1_hex(etag); }
 
 std::string repo_folder_name(std::string_view repo_id) {
   std::string s = "models--";

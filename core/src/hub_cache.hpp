@@ -3,6 +3,10 @@
 //
 //   <cache>/models--<org>--<name>/blobs/<etag>             file contents, named by ETag
 //   <cache>/models--<org>--<name>/blobs/<etag>.incomplete  while it downloads
+//
+// An ETag names a blob only when it is a digest of the contents (is_blob_name), and a blob is
+// committed only once its bytes hash to that name: no blob name can be another's download
+// (<etag>.incomplete), and every blob the cache holds is the file its name says.
 //   <cache>/models--<org>--<name>/snapshots/<commit>/<path> relative links to ../../blobs/<etag>
 //   <cache>/models--<org>--<name>/refs/<revision>          the commit a branch or tag was at
 //   <cache>/models--<org>--<name>/.no_exist/<commit>/<path> files known to be absent
@@ -31,7 +35,11 @@ struct Config {
   std::string token;         // HF_TOKEN, else the token file; empty: none
   std::string token_source;  // "HF_TOKEN", or the token file's path
   bool offline = false;      // HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE)
-  // Read the way huggingface_hub reads it. Throws mobius::Error for a token with control bytes.
+  double etag_timeout_s = 10;      // HF_HUB_ETAG_TIMEOUT: a metadata request's whole answer
+  double download_timeout_s = 10;  // HF_HUB_DOWNLOAD_TIMEOUT: a download's headers, then each
+                                   // window of its body (at its minimum rate)
+  // Read the way huggingface_hub reads it. Throws mobius::Error for a token with control bytes,
+  // or a timeout that is not a positive number of seconds (at most a day).
   static Config from_env();
 };
 
@@ -51,8 +59,9 @@ bool is_valid_revision(std::string_view rev);
 bool is_safe_repo_path(std::string_view path);
 // ETag as huggingface_hub stores it: the weak prefix W/ and the quotes removed.
 std::string normalize_etag(std::string_view etag);
-// An ETag usable as a blob name: [A-Za-z0-9._-], at most 128 bytes, no "..".
-bool is_safe_etag(std::string_view etag);
+// An ETag usable as a blob name: a digest, 64 (sha256) or 40 (git blob sha1) lowercase hex
+// digits.
+bool is_blob_name(std::string_view etag);
 // "models--org--name".
 std::string repo_folder_name(std::string_view repo_id);
 

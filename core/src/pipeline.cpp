@@ -11,7 +11,7 @@
 
 #include "checkpoint_files.hpp"
 #include "package.hpp"
-#include "sha256.hpp"
+#include "digest.hpp"
 #include "untrusted.hpp"
 
 namespace mobius {
@@ -19,8 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 20;
-constexpr uint64_t kMaxCopiedFile = uint64_t{64} << 20;  // a tokenizer's vocab.json is ~1 MiB
+constexpr uint64_t kMaxIndexBytes = kPipelineIndexMax;
 constexpr size_t kMaxCopiedFiles = 256;
 const char* const kIndex = "model_index.json";
 
@@ -102,7 +101,7 @@ std::vector<std::pair<std::string, std::string>> read_copied(const fs::path& dir
   std::sort(names.begin(), names.end());
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& n : names)
-    out.emplace_back(n, folder.read_text(n, (dir / n).string(), "source", kMaxCopiedFile));
+    out.emplace_back(n, folder.read_text(n, (dir / n).string(), "source", kTokenizerFileMax));
   return out;
 }
 

@@ -32,7 +32,7 @@
 #include "onnx/defs/schema.h"
 #include "package.hpp"
 #include "progress.hpp"
-#include "sha256.hpp"
+#include "digest.hpp"
 #include "untrusted.hpp"
 
 #ifndef MOBIUS_VERSION
@@ -336,76 +336,17 @@ void write_file_synced(const fs::path& p, const std::string& bytes, int flags = 
   f.sync();
 }
 
-// A checkpoint file as the provenance lists it. The sha256 is computed from the file's bytes,
-// except for a file of a Hugging Face cache snapshot that is an LFS blob: the hub names those
-// blobs by their sha256, and a download is checked against it before the blob is stored (hub.cpp),
-// so the name is the digest, and the cache is trusted for it as it is for the bytes. Likewise a
-// folder made by huggingface_hub's download to a local directory records each file's etag (the
-// sha256 of an LFS file) in .cache/huggingface/download/<name>.metadata, which stands for the
-// file until the file is modified after it was written.
+// A checkpoint file as the provenance lists it. The sha256 is the digest of the file's bytes as
+// mobius computed it: now, while the weights stream ("computed"), or earlier for this very file
+// unchanged since ("digest-cache": an earlier build's hash, or the check of a hub download,
+// which hashes every LFS blob before it enters the cache). A name or a record nobody verified
+// (a cache blob's name, a local-dir download's .metadata) is never taken for it.
 struct FileDigest {
   std::string name;
   uint64_t size = 0;
   std::string sha256;
-  const char* source = "computed";  // or "hub-blob", "hub-download-metadata", "digest-cache"
+  const char* source = "computed";  // or "digest-cache"
 };
-
-bool is_sha256(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
-// The sha256 that names the blob `file` is, when `name` is a cache snapshot's link to a blob of
-// its repository named by a sha256 and `file` (opened from it under the folder's rule) is that
-// very blob; empty otherwise.
-std::string blob_sha256(const ModelFolder& folder, const std::string& name,
-                        const OpenedFile& file) {
-  if (folder.hub_repo().empty()) return "";
-  std::error_code ec;
-  const std::string blob = fs::read_symlink(folder.path() / name, ec).filename().string();
-  if (ec || !is_sha256(blob)) return "";
-  struct stat named {}, opened {};
-  const fs::path p = folder.hub_repo() / "blobs" / blob;
-  if (::lstat(p.c_str(), &named) != 0 || !S_ISREG(named.st_mode) ||
-      ::fstat(file.fd.get(), &opened) != 0 || named.st_dev != opened.st_dev ||
-      named.st_ino != opened.st_ino)
-    return "";
-  return blob;
-}
-
-// The sha256 that huggingface_hub's download to a local directory recorded for `name`: the
-// metadata file holds three lines, the commit, the etag and the time it was written (seconds,
-// fractional), and is current while the file's mtime is at most a second past that time (the
-// rule huggingface_hub itself applies before trusting it). Empty when there is no such file, it
-// is malformed or outdated, or the etag is a git hash (a file not stored with LFS).
-std::string download_metadata_sha256(const ModelFolder& folder, const std::string& name,
-                                     const OpenedFile& file) {
-  if (!folder.hub_repo().empty()) return "";
-  const std::string meta = ".cache/huggingface/download/" + name + ".metadata";
-  FolderResult r = folder.try_open(meta);
-  if (r.error != FolderError::None || r.file.size > 4096) return "";
-  std::string text(r.file.size, '\0');
-  if (pread_exact(r.file.fd.get(), text.data(), text.size(), 0) != 0) return "";
-  std::istringstream in(text);
-  std::string commit, etag, stamp;
-  if (!std::getline(in, commit) || !std::getline(in, etag) || !std::getline(in, stamp)) return "";
-  auto trim = [](std::string& s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(0, 1);
-  };
-  trim(etag);
-  trim(stamp);
-  if (!is_sha256(etag)) return "";
-  char* end = nullptr;
-  const double written = std::strtod(stamp.c_str(), &end);
-  if (stamp.empty() || end != stamp.c_str() + stamp.size() || !std::isfinite(written)) return "";
-  struct stat st {};
-  if (::fstat(file.fd.get(), &st) != 0) return "";
-  const double mtime = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9;
-  if (mtime - 1 > written) return "";
-  return etag;
-}
 
 // A file the provenance lists, opened under the folder's rule before anything is written; its
 // digest is complete unless `pending` (then hash_file computes it while the weights stream).
@@ -425,19 +366,9 @@ std::vector<SourceFile> open_source_files(const fs::path& dir,
     f.file = folder.open(name, name, "checkpoint");
     f.digest.name = name;
     f.digest.size = f.file.size;
-    f.digest.sha256 = blob_sha256(folder, name, f.file);
-    if (!f.digest.sha256.empty()) {
-      f.digest.source = "hub-blob";
-    } else {
-      f.digest.sha256 = download_metadata_sha256(folder, name, f.file);
-      if (!f.digest.sha256.empty()) {
-        f.digest.source = "hub-download-metadata";
-      } else {
-        // An earlier build's digest of this very file, unchanged since (digest_cache.hpp).
-        f.digest.sha256 = cached_sha256(f.file.fd.get(), dir / name);
-        if (!f.digest.sha256.empty()) f.digest.source = "digest-cache";
-      }
-    }
+    // An earlier digest of this very file, unchanged since (digest_cache.hpp).
+    f.digest.sha256 = cached_sha256(f.file.fd.get(), dir / name);
+    if (!f.digest.sha256.empty()) f.digest.source = "digest-cache";
     f.pending = f.digest.sha256.empty();
     out.push_back(std::move(f));
   }

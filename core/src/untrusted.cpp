@@ -214,4 +214,21 @@ YAML::Node parse_yaml_limited(std::string_view text, const std::string& what,
   }
 }
 
+uint64_t small_file_limit(std::string_view name) {
+  const size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  for (std::string_view w : {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".onnx_data",
+                             ".msgpack", ".h5", ".npz"})
+    if (ends(w)) return 0;
+  if (name == "model_index.json") return kPipelineIndexMax;
+  if (ends(".index.json")) return kWeightIndexMax;
+  for (std::string_view t : {"tokenizer.json", "vocab.json", "merges.txt", "vocab.txt"})
+    if (name == t) return kTokenizerFileMax;
+  if (ends(".model")) return kTokenizerFileMax;  // tokenizer.model, spiece.model, sentencepiece.bpe.model
+  return kConfigLimits.max_bytes;
+}
+
 }  // namespace mobius

@@ -36,6 +36,16 @@ inline constexpr TextLimits kConfigLimits{16u << 20, 64, 1u << 20};
 // plugin.yaml manifests: a few dozen keys and a list of model types.
 inline constexpr TextLimits kManifestLimits{64u << 10, 16, 1u << 14};
 
+// The most bytes a small file of a checkpoint may have, by its name (the last path component):
+// the limit its reader applies, and the hub client's while the file streams in.
+inline constexpr uint64_t kWeightIndexMax = uint64_t{100} << 20;  // model.safetensors.index.json, ...
+inline constexpr uint64_t kPipelineIndexMax = uint64_t{1} << 20;  // model_index.json
+inline constexpr uint64_t kTokenizerFileMax = uint64_t{64} << 20; // tokenizer.json (33 MB for Gemma 3), vocab, merges, sentencepiece models
+// kWeightIndexMax for *.index.json, kPipelineIndexMax for model_index.json, kTokenizerFileMax
+// for tokenizer and vocabulary files, 0 for weights (*.safetensors, *.bin, *.pt, ...: bounded
+// by their announced size instead), kConfigLimits.max_bytes for any other (configs, templates).
+uint64_t small_file_limit(std::string_view name);
+
 // Parses `text` as JSON within `limits`; throws mobius::Error "[<tag>] <what>: <reason>" naming
 // the limit that was exceeded, or the parse error. The depth is checked as values open, so a
 // deeply nested document is refused before it is built.
