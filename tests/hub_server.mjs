@@ -5,7 +5,12 @@
 //   node tests/hub_server.mjs CONFIG.json
 //
 // CONFIG: {"token": "hf_...", "repos": {"org/name": {"dir": "...", "gated": false,
-//          "private": false, "tags": ["v1"]}}, "renamed": {"org/old": "org/name"}}
+//          "private": false, "tags": ["v1"], "hostile": {"kind": ...}}},
+//          "renamed": {"org/old": "org/name"}, "host": "127.0.0.1", "cdnHost": "127.0.0.2",
+//          "trapHost": "10.0.0.1"}
+// "hostile" makes the repository misbehave in one way (tests/hub_hostile.mjs). "trapHost" starts
+// a third server there that answers anything with 200 and logs it as server "trap": a request
+// that must never be made shows in the log.
 //
 // Prints one line, {"port": P, "cdn": "http://HOST:PORT"}, once both listen; exits when its
 // standard input closes. The hub (127.0.0.1:P):
@@ -25,6 +30,8 @@ import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
+
+import { misbehave } from "./hub_hostile.mjs";
 
 const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const lfs = (name) => /\.(safetensors|bin)$/.test(name);
@@ -50,9 +57,10 @@ for (const [id, r] of Object.entries(config.repos || {})) {
     const sha256 = createHash("sha256").update(buf).digest("hex");
     entries.set(name, { buf, sha1, sha256 });
     h.update(name).update(sha1);
-    if (lfs(name)) blobs.set(sha256, { buf, file: name });
+    if (lfs(name)) blobs.set(sha256, { buf, file: name, repo: id });
   }
   repos.set(id, {
+    hostile: r.hostile || null,
     commit: h.digest("hex"),
     tags: r.tags || [],
     gated: !!r.gated,
@@ -207,12 +215,17 @@ async function hub(req, res) {
     return errorReply(res, 404, "RevisionNotFound", `Invalid rev id: ${rev}`);
   }
   const f = repo.files.get(file);
+  if (f && repo.hostile) {
+    const ctx = { server: "hub", req, res, repo, repoId, file, entry: f, lfsEntry: repo.files.get("model.safetensors"),
+                  cdnBase, trapBase, log: entry };
+    if (await misbehave(repo.hostile, ctx)) return;
+  }
   if (!f) {
     entry.status = 404;
     return errorReply(res, 404, "EntryNotFound", "Entry not found", { "X-Repo-Commit": repo.commit });
   }
   if (lfs(file)) {
-    const location = `${cdnBase}/blobs/${f.sha256}?expires=1`;
+    const location = `${cdnBase}/blobs/${f.sha256}?expires=1&repo=${encodeURIComponent(repoId)}`;
     const text = `Found. Redirecting to ${location}`;
     entry.status = 302;
     res.writeHead(302, {
@@ -246,6 +259,13 @@ async function cdn(req, res) {
     res.writeHead(status.status, h);
     return res.end("injected");
   }
+  // The repository the hub redirected from (repositories may share a blob).
+  const owner = repos.get(url.searchParams.get("repo") || blob.repo);
+  if (owner && owner.hostile) {
+    const ctx = { server: "cdn", req, res, repo: owner, file: blob.file, entry: { buf: blob.buf, sha256: m[1] },
+                  cdnBase, trapBase, log: entry };
+    if (await misbehave(owner.hostile, ctx)) return;
+  }
   inFlight += 1;
   maxInFlight = Math.max(maxInFlight, inFlight);
   try {
@@ -271,16 +291,30 @@ const listen = (server, host) =>
     server.listen(0, host, () => resolve(server.address().port));
   });
 
+async function trap(req, res) {
+  record("trap", req, { status: 200 });
+  res.writeHead(200, { "Content-Type": "text/plain" });
+  res.end("trap");
+}
+
+const hostOf = (h) => (h.includes(":") ? `[${h}]` : h);
 const hubServer = http.createServer(wrap(hub));
 const cdnServer = http.createServer(wrap(cdn));
-const port = await listen(hubServer, "127.0.0.1");
+const hubHost = config.host || "127.0.0.1";
+const port = await listen(hubServer, hubHost);
 let cdnBase;
 try {
-  cdnBase = `http://127.0.0.2:${await listen(cdnServer, "127.0.0.2")}`;
+  const cdnHost = config.cdnHost || "127.0.0.2";
+  cdnBase = `http://${hostOf(cdnHost)}:${await listen(cdnServer, cdnHost)}`;
 } catch {
-  cdnBase = `http://127.0.0.1:${await listen(cdnServer, "127.0.0.1")}`;
+  cdnBase = `http://${hostOf(hubHost)}:${await listen(cdnServer, hubHost)}`;
 }
-process.stdout.write(JSON.stringify({ port, cdn: cdnBase }) + "\n");
+let trapBase = "";
+if (config.trapHost) {
+  const trapServer = http.createServer(wrap(trap));
+  trapBase = `http://${hostOf(config.trapHost)}:${await listen(trapServer, config.trapHost)}`;
+}
+process.stdout.write(JSON.stringify({ port, cdn: cdnBase, trap: trapBase, trapPort: trapBase ? Number(trapBase.split(":").pop()) : 0 }) + "\n");
 process.stdin.on("end", () => process.exit(0));
 process.stdin.on("error", () => process.exit(0));
 process.stdin.resume();

@@ -41,6 +41,7 @@ void global_init() {
 
 constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr size_t kMaxHeaders = 256;
+constexpr size_t kMaxHeaderBytes = 64 << 10;  // of all responses of one request (a hub sends ~2 KiB)
 
 using Clock = std::chrono::steady_clock;
 
@@ -59,6 +60,8 @@ struct Transfer {
   curl_off_t window_bytes = 0;
   std::string timed_out;  // why the transfer timed out, when it did
   std::string refused;    // the address a connection was refused to, when one was
+  size_t header_bytes = 0;
+  bool headers_too_large = false;
 };
 
 std::string format_seconds(double s) {
@@ -114,6 +117,11 @@ curl_socket_t open_socket(void* user, curlsocktype, struct curl_sockaddr* a) {
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
+  t->header_bytes += len;
+  if (t->header_bytes > kMaxHeaderBytes) {
+    t->headers_too_large = true;
+    return 0;
+  }
   std::string_view line(data, len);
   if (line.rfind("HTTP/", 0) == 0) {
     // A new response (an interim 1xx one came first): start over.
@@ -254,6 +262,9 @@ Response Client::perform(const Request& req) {
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.resp.status);
     return std::move(t.resp);
   }
+  if (t.headers_too_large || (rc == CURLE_OUT_OF_MEMORY && !t.headers_done))
+    throw TransportError(TransportError::Kind::Fatal,
+                         "the answer's headers are larger than " + std::to_string(kMaxHeaderBytes >> 10) + " KiB");
   if (!t.timed_out.empty()) throw TransportError(TransportError::Kind::Timeout, t.timed_out);
   if (!t.refused.empty() && rc == CURLE_COULDNT_CONNECT)
     throw TransportError(TransportError::Kind::Refused, "refused to connect to " + t.refused);

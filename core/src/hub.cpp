@@ -76,7 +76,7 @@ std::optional<FileMeta> Session::head(http::Client& c, const std::string& file, 
         continue;
       }
       check_hop(url, *next, file);
-      return file_meta(r, *next, file);  // to a CDN: the metadata is in this response
+      return file_meta(r, *next, file, url);  // to a CDN: the metadata is in this response
     }
     if (r.status >= 200 && r.status < 300) return file_meta(r, url, file);
     const std::string* code = r.header("x-error-code");
@@ -301,14 +301,24 @@ void Session::fail_status(const http::Response& r, const std::string& url, const
 
 void Session::fail_transport(const http::TransportError& e, const std::string& url,
                              const std::string& file, bool head) const {
+  using K = http::TransportError::Kind;
   const bool endpoint = http::same_origin(url, cfg_.endpoint);
-  std::string msg = "[hub] cannot " + std::string(endpoint ? "reach the hub at " : "download from ") +
-                    http::origin_of(url) + " (" + file + " of " + at() + "): " + printable(e.what());
-  if (e.kind() == http::TransportError::Kind::Timeout) msg += timeout_note(head);
-  if (e.kind() == http::TransportError::Kind::Refused) {
-    msg += ": the hub at " + http::origin_of(cfg_.endpoint) + " is on a " + net::space_name(context_) +
-           " address, and a download never goes from there to a more private one; nothing was stored";
-    throw Error(ErrorKind::Io, msg);
+  const std::string origin = printable(http::origin_of(url));
+  const std::string of = file + " of " + at();
+  std::string msg;
+  if (e.kind() == K::Refused) {
+    throw Error(ErrorKind::Io, "[hub] " + of + ": " + printable(e.what()) + " at " + origin + ": the hub at " +
+                                   http::origin_of(cfg_.endpoint) + " is on a " + net::space_name(context_) +
+                                   " address, and a download never goes from there to a more private one; "
+                                   "nothing was stored");
+  } else if (e.kind() == K::Timeout) {
+    msg = "[hub] " + origin + " was too slow for " + of + ": " + printable(e.what()) + timeout_note(head);
+  } else if (e.kind() == K::Transfer) {
+    msg = "[hub] " + of + " could not be " + (head ? "asked for at " : "downloaded from ") + origin +
+          ", the connection failed every time: " + printable(e.what());
+  } else {
+    msg = "[hub] cannot " + std::string(endpoint ? "reach the hub at " : "download from ") + origin + " (" + of +
+          "): " + printable(e.what());
   }
   if (endpoint && std::getenv("HF_ENDPOINT")) msg += "; HF_ENDPOINT is " + quote_name(cfg_.endpoint);
   std::optional<std::string> cached = is_commit_hash(rev_) ? std::optional(rev_) : rc_.read_ref(rev_);
@@ -329,33 +339,38 @@ namespace {
 
 }  // namespace
 
-FileMeta file_meta(const http::Response& r, const std::string& url, const std::string& file) {
+FileMeta file_meta(const http::Response& r, const std::string& url, const std::string& file,
+                   const std::string& answered_by) {
+  // Messages name the server that answered (the hub, for a redirect to a CDN).
+  const std::string& where = answered_by.empty() ? url : answered_by;
   FileMeta m;
   const std::string* commit = r.header("x-repo-commit");
   if (!commit || !is_commit_hash(*commit))
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent " +
+    throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " sent " +
                                    (commit ? "an invalid X-Repo-Commit " + quote_name(*commit) : "no X-Repo-Commit") +
                                    " for " + file + ": it does not look like a Hugging Face hub (check HF_ENDPOINT and any proxy)");
   m.commit = *commit;
   const std::string* linked = r.header("x-linked-etag");
   const std::string* etag = linked ? linked : r.header("etag");
   if (!etag)
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent no ETag for " + file);
+    throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " sent no ETag for " + file);
   m.etag = normalize_etag(*etag);
   m.lfs = linked != nullptr;
-  // The ETag names the blob the bytes are stored as: only a digest can be one (a sha256, or a
-  // git blob sha1), never a name another file's blob or download could take.
-  if (m.lfs ? !is_sha256_hex(m.etag) : !is_blob_name(m.etag))
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent " +
+  // The ETag names the blob the bytes are stored as: only the digest they are checked against
+  // can be one (the sha256 of an LFS file, the git blob sha1 of any other), never a name another
+  // file's blob or download could take.
+  if (m.lfs ? !is_sha256_hex(m.etag) : !is_sha1_hex(m.etag))
+    throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " sent " +
                                    (m.lfs ? "an X-Linked-Etag" : "an ETag") + " for " + file + " that is not " +
-                                   (m.lfs ? "a sha256 (64 lowercase hex digits): " : "a sha256 or git blob sha1 (64 or 40 lowercase hex digits): ") +
+                                   (m.lfs ? "a sha256 (64 lowercase hex digits): "
+                                          : "a git blob sha1 (40 lowercase hex digits; an LFS file's sha256 comes as X-Linked-Etag): ") +
                                    quote_name(*etag) + "; nothing was requested for it");
   const std::string* ls = r.header("x-linked-size");
   const std::string* cl = r.status >= 200 && r.status < 300 ? r.header("content-length") : nullptr;
   if (ls || cl) {
     m.size = parse_u64(ls ? ls : cl);
     if (!m.size)
-      throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent an unusable " +
+      throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " sent an unusable " +
                                      (ls ? "X-Linked-Size " : "Content-Length ") + quote_name(ls ? *ls : *cl) +
                                      " for " + file);
   }
@@ -363,11 +378,11 @@ FileMeta file_meta(const http::Response& r, const std::string& url, const std::s
   m.limit = small_file_limit(file);
   if (m.limit == 0) {
     if (!m.size)
-      throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " sent no size for " + file +
+      throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " sent no size for " + file +
                                      " (X-Linked-Size or Content-Length): a download of unknown length is not taken");
     m.limit = *m.size;
   } else if (m.size && *m.size > m.limit) {
-    throw Error(ErrorKind::Io, "[hub] " + http::origin_of(url) + " announced " + file + " at " +
+    throw Error(ErrorKind::Io, "[hub] " + printable(http::origin_of(where)) + " announced " + file + " at " +
                                    std::to_string(*m.size) + " bytes, over the " + human_bytes(static_cast<double>(m.limit)) +
                                    " a " + fs::path(file).filename().string() +
                                    " may have; nothing was requested for it");

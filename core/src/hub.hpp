@@ -93,7 +93,9 @@ struct FileMeta {
 // naming the file and the header that is missing or unusable: an ETag that is not a digest
 // (is_blob_name; a sha256 for X-Linked-Etag), a size over the file's limit (small_file_limit),
 // no size for a file without a limit of its own (weights).
-FileMeta file_meta(const http::Response& r, const std::string& url, const std::string& file);
+// `answered_by`: the URL that answered, when it is not `url` (a redirect to a CDN).
+FileMeta file_meta(const http::Response& r, const std::string& url, const std::string& file,
+                   const std::string& answered_by = "");
 
 // The shard names an index's weight_map lists (sorted, each once), each checked with
 // is_safe_repo_path before it is used, so a name stays inside the folder the index is in (a

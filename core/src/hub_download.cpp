@@ -11,7 +11,7 @@
 // (the announced size, or small_file_limit for a small file) and is refused, with nothing stored,
 // when an answer's length disagrees with the announced size or its encoding is not identity.
 // It is committed (fsynced, renamed to blobs/<etag>) only once its bytes hash to the ETag: the
-// sha256 for 64 hex digits (streamed), the git blob sha1 for 40. A verified sha256 is recorded in
+// sha256 of an LFS file (streamed), the git blob sha1 of any other. A verified sha256 is recorded in
 // the digest cache, so the provenance of a build from it need not read the file again.
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -261,9 +261,9 @@ void Session::fetch(http::Client& c, const Item& it, Progress& pg) {
   fs::create_directories(blob.parent_path(), ec);
   Incomplete inc(rc_.incomplete(m.etag));
   const std::string what = at() + ": " + it.file;
-  // A sha256 name is checked as the bytes stream; a git blob sha1 needs the size first, so the
-  // file is read again once complete (a small file).
-  const bool sha256_named = is_sha256_hex(m.etag);
+  // An LFS file's sha256 is checked as the bytes stream; a git blob sha1 needs the size first,
+  // so the file is read again once complete (a small file).
+  const bool sha256_named = m.lfs;
   Sha256 sha;
   // No more bytes than announced, nor than the file's kind may have.
   const uint64_t cap = m.size ? std::min(*m.size, m.limit) : m.limit;
