@@ -275,3 +275,38 @@ TEST_CASE("hub hostile: a connection to an address more private than allowed is 
   req.max_space = net::AddressSpace::Local;
   CHECK(c.perform(req).status == 200);
 }
+
+TEST_CASE("hub hostile: the provenance takes a hub file's sha256 only as mobius verified it") {
+  // The download checks every LFS blob against its sha256 and records what it verified in the
+  // digest cache; the build's provenance takes it from there ("digest-cache"). A blob mobius did
+  // not verify (put in the cache by anything else) is hashed by the build ("computed").
+  TempDir t;
+  HubServer hub(t.path(), {{"repos", repos({{"org/tiny", tiny_repo(t / "repo")}})}});
+  const std::string cache_env = "MOBIUS_CACHE_DIR=" + quote((t / "digests").string());
+  RunResult r = mobius_cli(hub_env(hub, t / "hf", cache_env), "build -q --model org/tiny " + quote((t / "out").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  auto source_of = [&](const fs::path& out, const std::string& name) {
+    const nlohmann::json prov = nlohmann::json::parse(read_text(out / "mobius_provenance.json"));
+    for (const auto& f : prov["files"])
+      if (f["name"] == name) {
+        CHECK(f["sha256"] == sha256_of(read_text(t / "repo" / name)));
+        return f["sha256_source"].get<std::string>();
+      }
+    FAIL("not in the provenance: " << name);
+    return std::string();
+  };
+  CHECK(source_of(t / "out", "model.safetensors") == "digest-cache");
+  CHECK(source_of(t / "out", "config.json") == "computed");
+
+  // The same blob rewritten in place by something else (same name, other inode state): hashed.
+  const fs::path blob = repo_dir(t / "hf", "org/tiny") / "blobs" / sha256_of(read_text(t / "repo" / "model.safetensors"));
+  const std::string bytes = read_text(blob);
+  fs::remove(blob);
+  write_text(blob, bytes);
+  r = mobius_cli("HF_HUB_OFFLINE=1 HF_HOME=" + quote((t / "hf").string()) + " " + cache_env,
+                 "build -q --model org/tiny " + quote((t / "out2").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(source_of(t / "out2", "model.safetensors") == "computed");
+}
