@@ -11,10 +11,8 @@
 # the part after "tokenizer-" (qwen3). Environment (meson sets both):
 #   MOBIUS_CLI          the built mobius executable (required)
 #   MOBIUS_SOURCE_ROOT  the project root, where node_modules is (default: this script's ../..)
-# The build is `mobius build --runtime transformers.js` when the CLI has --runtime; an older CLI
-# is simulated: a plain build, model.onnx (+ model.onnx.data) moved into onnx/ (renamed
-# model_fp16.onnx for f16; the data file keeps its name, which the model refers to), and
-# "transformers.js_config": {"dtype": ...} added to config.json.
+# The build is `mobius build --runtime transformers.js`: the folder layout is the product's,
+# never made here (a CLI without --runtime fails the test).
 # Exit status: 0 the tokens agree; 1 a step failed (checkpoint, build, load, generate, mismatch);
 # 2 usage; 77 (skipped) when node_modules lacks onnxruntime-node, @huggingface/transformers or
 # the tokenizer package.
@@ -66,27 +64,11 @@ status=0
 node "$here/make_checkpoint.mjs" "$case_dir" "$tok_dir" "$ckpt" 2>&1 || status=$?
 [ "$status" -eq 0 ] || { echo "run_tjs: FAIL: make_checkpoint.mjs exited with status $status"; exit 1; }
 
-if "$MOBIUS_CLI" build --help 2>&1 | grep -- '--runtime' >/dev/null; then  # not -q: an early exit would SIGPIPE the CLI
-  echo "== build: $MOBIUS_CLI build --runtime transformers.js --model $ckpt $out ${build_args[*]}"
-  status=0
-  "$MOBIUS_CLI" build --runtime transformers.js --model "$ckpt" "$out" --quiet "${build_args[@]}" 2>&1 || status=$?
-  [ "$status" -eq 0 ] || { echo "run_tjs: FAIL: mobius build exited with status $status"; exit 1; }
-else
-  echo "== build (simulated transformers.js layout; the CLI has no --runtime): $MOBIUS_CLI build --model $ckpt $out ${build_args[*]}"
-  status=0
-  "$MOBIUS_CLI" build --model "$ckpt" "$out" --quiet "${build_args[@]}" 2>&1 || status=$?
-  [ "$status" -eq 0 ] || { echo "run_tjs: FAIL: mobius build exited with status $status"; exit 1; }
-  mkdir "$out/onnx"
-  mv "$out/model.onnx" "$out/onnx/$onnx_name"
-  [ ! -f "$out/model.onnx.data" ] || mv "$out/model.onnx.data" "$out/onnx/model.onnx.data"
-  node -e '
-    const fs = require("fs");
-    const [file, dtype] = process.argv.slice(1);
-    const c = JSON.parse(fs.readFileSync(file, "utf8"));
-    c["transformers.js_config"] = { dtype };
-    fs.writeFileSync(file, JSON.stringify(c, null, 2) + "\n");
-  ' "$out/config.json" "$tjs_dtype"
-fi
+echo "== build: $MOBIUS_CLI build --runtime transformers.js --model $ckpt $out ${build_args[*]}"
+status=0
+"$MOBIUS_CLI" build --runtime transformers.js --model "$ckpt" "$out" --quiet "${build_args[@]}" 2>&1 || status=$?
+[ "$status" -eq 0 ] || { echo "run_tjs: FAIL: mobius build --runtime transformers.js exited with status $status"; exit 1; }
+[ -f "$out/onnx/$onnx_name" ] || { echo "run_tjs: FAIL: the build has no onnx/$onnx_name"; exit 1; }
 (cd "$out" && find . -type f | sort | sed 's/^/   /')
 
 cd "$source_root"  # tjs_generate.mjs finds node_modules from here (and MOBIUS_SOURCE_ROOT)
