@@ -137,7 +137,7 @@ async function runCase(args) {
     const expected = ref[`${s}.logits`];
     const vocab = expected.shape[2];
     const got = out.logits;
-    const r = { step: s, compared: 0, bad: 0, maxAbs: 0, where: null, worst: 0, top1: 0 };
+    const r = { step: s, compared: 0, values: 0, bad: 0, maxAbs: 0, where: null, worst: 0, top1: 0 };
     if (got.dims.length !== 3 || got.dims[0] !== batch || got.dims[1] !== seq || got.dims[2] !== vocab) {
       r.pass = false;
       r.error = `logits shape [${got.dims}] != expected [${batch}, ${seq}, ${vocab}]`;
@@ -159,6 +159,7 @@ async function runCase(args) {
         if (argG === argE) r.top1++;
         for (let v = 0; v < vocab; ++v) {
           const x = g[base + v], y = e[base + v];
+          r.values++;
           const d = Math.abs(x - y);
           const tol = atol + rtol * Math.abs(y);
           if (!(d <= tol)) {
@@ -199,7 +200,7 @@ for (const r of report.results) {
   const at = w ? ` at batch ${w.batch} token ${w.token} (position ${w.position}) vocab ${w.vocab}: ` +
                  `onnx ${w.onnx} expected ${w.expected}` : '';
   const judged = args.top1 !== undefined ? `top-1 agrees at ${r.top1} of ${r.compared} positions`
-                                         : `${r.compared} positions compared (atol ${report.atol}, rtol ${report.rtol})`;
+                                         : `${r.compared} positions (${r.values} logits) compared (atol ${report.atol}, rtol ${report.rtol})`;
   console.log(`${r.step}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)}${at}; ${judged}`);
   if (!r.pass && args.top1 === undefined)
     console.log(`${r.step}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# selftest.sh - the parity harness itself: a model passes its own case and fails a case whose
-# checkpoint differs (other weights, same shapes), a case whose logits were nudged by more than the
-# tolerance at one position, and a missing model (usage error, exit 2).
+# selftest.sh - the parity harness itself: a model passes its own case, comparing every logit of
+# every unpadded position (the counts it reports are checked), and fails a case whose checkpoint
+# differs (other weights, same shapes), each of several cases with one logit nudged beyond the
+# tolerance (first and last logit, the padded row, a middle prefill position, each decode step),
+# and a missing model (usage error, exit 2); a nudge at a padded position changes nothing.
 set -euo pipefail
 : "${MOBIUS_CLI:?set MOBIUS_CLI}"
 root=${MOBIUS_SOURCE_ROOT:-"$(cd "$(dirname "$0")/../.." && pwd)"}
@@ -24,21 +26,41 @@ expect 0 'parity: 3 passed, 0 failed' --model "$work/model" --case tests/golden/
 # qwen3-qknorm has the same shapes and other weights: every step is out of tolerance.
 expect 1 'parity: 0 passed, 3 failed' --model "$work/model" --case tests/golden/qwen3-qknorm
 
-# The reference with one logit of the decode step moved by 1e-2 (100x atol): only decode fails.
-mkdir "$work/nudged"
-cp tests/golden/llama-tiny/case.json "$work/nudged/"
-node -e '
-const fs = require("fs");
-const [src, dst] = process.argv.slice(1);
-const b = fs.readFileSync(src);
-const n = Number(b.readBigUInt64LE(0));
-const h = JSON.parse(b.subarray(8, 8 + n).toString());
-const [begin] = h["decode.logits"].data_offsets;
-// The decode step of llama-tiny: batch 0 is a real token there; nudge its first logit.
-const off = 8 + n + begin;
-b.writeFloatLE(b.readFloatLE(off) + 1e-2, off);
-fs.writeFileSync(dst, b);
-' tests/golden/llama-tiny/reference.safetensors "$work/nudged/reference.safetensors"
-expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/nudged"
+# Each positive test prints how much it compared: every unpadded position, every logit of it
+# (llama-tiny: batch 0 left-padded by 2 of 7 tokens, a vocabulary of 160).
+out=$(node tests/parity/parity.mjs --model "$work/model" --case tests/golden/llama-tiny)
+for want in 'prefill: PASS.*12 positions (1920 logits) compared' 'decode: PASS.*2 positions (320 logits) compared' \
+            'decode2: PASS.*2 positions (320 logits) compared'; do
+  echo "$out" | grep -q -- "$want" || fail "no '$want' in: $out"
+done
+
+# nudge NAME STEP BATCH TOKEN LOGIT: a copy of the case whose reference has that one logit moved
+# by 1e-2 (100x atol).
+nudge() {
+  mkdir "$work/$1"
+  cp tests/golden/llama-tiny/case.json "$work/$1/"
+  node -e '
+  const fs = require("fs");
+  const [src, dst, step, batch, token, logit] = process.argv.slice(1);
+  const b = fs.readFileSync(src);
+  const n = Number(b.readBigUInt64LE(0));
+  const h = JSON.parse(b.subarray(8, 8 + n).toString());
+  const t = h[step + ".logits"];
+  const [, seq, vocab] = t.shape;
+  const off = 8 + n + t.data_offsets[0] + 4 * ((Number(batch) * seq + Number(token)) * vocab + Number(logit));
+  b.writeFloatLE(b.readFloatLE(off) + 1e-2, off);
+  fs.writeFileSync(dst, b);
+  ' tests/golden/llama-tiny/reference.safetensors "$work/$1/reference.safetensors" "$2" "$3" "$4" "$5"
+}
+# One logit anywhere the model is compared fails that step alone: the first and the last logit
+# of a decode step, the last real token of the left-padded row and a middle position of the
+# other row in the prefill, the second decode step.
+nudge first decode 0 0 0;        expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/first"
+nudge last decode 1 0 159;       expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/last"
+nudge padded-row prefill 0 6 80; expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/padded-row"
+nudge middle prefill 1 3 17;     expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/middle"
+nudge decode2 decode2 1 0 42;    expect 1 'parity: 2 passed, 1 failed' --model "$work/model" --case "$work/decode2"
+# A padded position is not the model's to get right: moving it changes nothing.
+nudge padding prefill 0 1 5;     expect 0 'parity: 3 passed, 0 failed' --model "$work/model" --case "$work/padding"
 expect 2 'parity: error: no model' --model "$work/absent" --case tests/golden/llama-tiny
 echo "selftest: ok"
