@@ -23,7 +23,7 @@ scratch=$root/build-mutate
 mutations=(
   # The quantized expert banks (int4 and int8 share the path): the int4 tests must catch it on
   # their own, as the int8 ones do.
-  'moe-int4-gate-up|sdk/src/moe.cpp|s/(sources\.push_back\(x \+ names\.)gate( \+ "\.weight"\);\s*sources\.push_back\(x \+ names\.)up/${1}up${2}gate/|parity deepseek-v3-tiny int4;parity qwen3-moe-tiny int4;parity qwen3-moe-tiny int4-asym;moe_families'
+  'moe-int4-gate-up|sdk/src/moe.cpp|s/(sources\.push_back\(x \+ names\.)gate( \+ "\.weight"\);\s*sources\.push_back\(x \+ names\.)up/${1}up${2}gate/|quant;parity deepseek-v3-tiny int4;parity qwen3-moe-tiny int4;parity qwen3-moe-tiny int4-asym;moe_families'
   'genai-heads|sdk/src/genai_config.cpp|s/\{"num_attention_heads", f\.num_attention_heads\}/{"num_attention_heads", f.num_key_value_heads}/|genai configs'
   'parity-one-logit|tests/parity/parity.mjs|s/for \(let v = 0; v < vocab; \+\+v\) \{(\s*const x = g)/for (let v = 0; v < 1; ++v) {$1/|parity harness'
   'rope-sign|sdk/src/layers.cpp|s/Concat\(\{Neg\(x2\), x1\}, -1\)/Concat({x2, Neg(x1)}, -1)/|parity llama-tiny standard'

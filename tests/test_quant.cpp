@@ -1,6 +1,8 @@
-// test_quant.cpp - int4/int8 builds (MatMulNBits) end to end: on weights that lie exactly on a
-// block's quantization grid, the quantized model must compute what the float32 model computes,
-// which checks the packing, scales and zero points as ONNX Runtime reads them.
+// test_quant.cpp - int4/int8 builds (MatMulNBits, and GatherBlockQuantized for expert banks) end
+// to end: on weights that lie exactly on a block's quantization grid, the quantized model must
+// compute what the float32 model computes, for dense and mixture-of-experts families, symmetric
+// and asymmetric, which checks the packing, scales, zero points and weight order as ONNX Runtime
+// reads them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,27 +16,31 @@ using namespace mobius::test;
 
 namespace {
 
-// Moves every MatMul weight of a float32 checkpoint onto an exact 4-bit grid per block of 32
-// along its input dimension: symmetric, every value s * q with q in [-7, 7] and one value -8s
-// (the block's largest magnitude, so RTN recovers s); asymmetric, s * (q - 7) with q in [0, 15]
-// and both ends present. s is a power of two, so every step is exact in float32.
-void snap_to_grid(StTensor& t, bool symmetric) {
-  const bool matmul = t.name.size() > 12 && (t.name.find("_proj.weight") != std::string::npos ||
-                                             t.name == "lm_head.weight");
-  if (!matmul || t.dtype != "F32" || t.shape.size() != 2) return;
-  const int64_t n = t.shape[0], k = t.shape[1];
+// Moves every float32 weight matrix of a checkpoint whose rows are whole blocks onto an exact
+// `bits`-bit grid per block along its input (last) dimension: symmetric, every value s * q with
+// |q| <= 2^(bits-1) - 1 and one value -2^(bits-1) * s (the block's largest magnitude, so
+// round-to-nearest recovers s); asymmetric, s * (q - c) with c = 2^(bits-1) - 1, q in
+// [0, 2c + 1] and both ends present. s is a power of two, so every step is exact in float32 (and
+// in float16 scales). Matrices that stay float (embeddings, routers) get the same values in both
+// builds, so moving them too changes nothing in the comparison.
+void snap_to_grid(StTensor& t, int bits, bool symmetric, int64_t block) {
+  if (t.dtype != "F32" || t.shape.size() < 2 || t.shape.back() % block != 0) return;
+  const int64_t k = t.shape.back();
+  const int64_t n = static_cast<int64_t>(t.bytes.size() / sizeof(float)) / k;
+  const float c = static_cast<float>((1 << (bits - 1)) - 1);
+  const int exp0 = bits == 4 ? -5 : -9;
   auto* w = reinterpret_cast<float*>(t.bytes.data());
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < k; b += 32) {
-      const float s = std::ldexp(1.0f, -5 - static_cast<int>((r + b / 32) % 3));
-      for (int64_t j = b; j < std::min(b + 32, k); ++j) {
+    for (int64_t b = 0; b < k; b += block) {
+      const float s = std::ldexp(1.0f, exp0 - static_cast<int>((r + b / block) % 3));
+      for (int64_t j = b; j < b + block; ++j) {
         float& x = w[r * k + j];
         if (symmetric) {
-          const float q = std::clamp(std::nearbyint(x / s), -7.0f, 7.0f);
-          x = j == b ? -8 * s : q * s;
+          const float q = std::clamp(std::nearbyint(x / s), -c, c);
+          x = j == b ? -(c + 1) * s : q * s;
         } else {
-          const float q = std::clamp(std::nearbyint(x / s) + 7, 0.0f, 15.0f);
-          x = j == b ? -7 * s : j == b + 1 ? 8 * s : (q - 7) * s;
+          const float q = std::clamp(std::nearbyint(x / s) + c, 0.0f, 2 * c + 1);
+          x = j == b ? -c * s : j == b + 1 ? (c + 1) * s : (q - c) * s;
         }
       }
     }
@@ -57,17 +63,25 @@ for (let r = 0; r < B; ++r) {
   for (let j = 0; j < S; ++j) { const m = mask[r * S + j]; pos.push(m ? c : 1); c += m; }
 }
 const t64 = (v, d) => new ort.Tensor('int64', BigInt64Array.from(v.map(BigInt)), d);
+// position_ids as the model declares them: [B, S], or [3, B, S] (multimodal rope sections).
+function positions(s, p, seq) {
+  const m = s.inputMetadata.find((x) => x.name === 'position_ids');
+  if (!m) return {};
+  if (m.shape.length === 3) return { position_ids: t64([...p, ...p, ...p], [3, B, seq]) };
+  return { position_ids: t64(p, [B, seq]) };
+}
 async function run(file) {
   const s = await ort.InferenceSession.create(file, { logSeverityLevel: 3 });
-  const feeds = { input_ids: t64(ids, [B, S]), attention_mask: t64(mask, [B, S]), position_ids: t64(pos, [B, S]) };
+  const feeds = { input_ids: t64(ids, [B, S]), attention_mask: t64(mask, [B, S]), ...positions(s, pos, S) };
   s.inputMetadata.forEach((m) => {
     if (!m.name.startsWith('past_key_values.')) return;
-    const dims = m.shape.map((d) => (d === 'batch_size' ? B : d === 'past_sequence_length' ? 0 : d));
-    feeds[m.name] = new ort.Tensor(m.type, new Float32Array(dims.reduce((x, y) => x * y, 1)), dims);
+    const dims = m.shape.map((d) => (typeof d === 'number' ? d : /batch/.test(d) ? B : 0));
+    const n = dims.reduce((x, y) => x * y, 1);
+    feeds[m.name] = new ort.Tensor(m.type, m.type === 'float16' ? new Uint16Array(n) : new Float32Array(n), dims);
   });
   const o1 = await s.run(feeds);
   const next = { input_ids: t64([5, 9], [B, 1]), attention_mask: t64(Array.from({ length: B * (S + 1) }, (_, i) => (i % (S + 1) === S ? 1 : mask[Math.floor(i / (S + 1)) * S + (i % (S + 1))])), [B, S + 1]),
-                 position_ids: t64([S, S - 2], [B, 1]) };
+                 ...positions(s, [S, S - 2], 1) };
   for (const n of s.outputNames) if (n.startsWith('present.')) next['past_key_values.' + n.slice(8)] = o1[n];
   const o2 = await s.run(next);
   return [o1.logits, o2.logits];
@@ -102,32 +116,73 @@ double compare(const fs::path& dir, const fs::path& a, const fs::path& b) {
 
 }  // namespace
 
-TEST_CASE("quant: int4 on weights that lie on the grid computes what float32 computes") {
-  for (bool symmetric : {true, false}) {
-    CAPTURE(symmetric);
-    TempDir t;
-    copy_case("llama-tiny", t / "ckpt", {}, [&](StTensor& s) {
-      snap_to_grid(s, symmetric);
-      return true;
-    });
-    RunResult f = build_cli(t / "ckpt", t / "f32", "--runtime onnxruntime");
-    INFO(f.output);
-    REQUIRE(f.status == 0);
-    // accuracy_level 0: the kernel dequantizes and multiplies in float32, so exact weights give
-    // float32's result up to summation order.
-    RunResult q = build_cli(t / "ckpt", t / "int4", std::string("--runtime onnxruntime --dtype int4 --accuracy-level 0") +
-                                                        (symmetric ? "" : " --asymmetric"));
-    INFO(q.output);
-    REQUIRE(q.status == 0);
-    onnx::ModelProto m = load_model(t / "int4" / "model.onnx");
-    int nbits = 0, zero_points = 0;
-    for (const auto& n : m.graph().node()) nbits += n.op_type() == "MatMulNBits";
-    for (const auto& i : m.graph().initializer())
-      zero_points += i.name().find("_zero_points") != std::string::npos;
-    CHECK(nbits == 11);  // per layer packed q/k/v, o, gate, up, down; and lm_head
-    CHECK(zero_points == (symmetric ? 0 : 11));
-    CHECK(compare(t.path(), t / "f32" / "model.onnx", t / "int4" / "model.onnx") < 1e-4);
-  }
+// Builds golden case `c` with its weights on the grid, in float32 and quantized (bits,
+// symmetric or not, `block`), and requires the two to compute the same logits: with exact
+// weights any difference is a wrong packing, scale, zero point or weight order. accuracy_level
+// 0: the kernels dequantize and multiply in float32, so the results agree up to summation
+// order. Returns the counts of MatMulNBits and GatherBlockQuantized nodes (with zero points).
+struct QuantNodes {
+  int nbits = 0, gathers = 0, gathers_with_zero_points = 0;
+};
+QuantNodes check_on_grid(const std::string& c, int bits, bool symmetric, int64_t block) {
+  CAPTURE(c);
+  CAPTURE(bits);
+  CAPTURE(symmetric);
+  TempDir t;
+  copy_case(c, t / "ckpt", {}, [&](StTensor& s) {
+    snap_to_grid(s, bits, symmetric, block);
+    return true;
+  });
+  RunResult f = build_cli(t / "ckpt", t / "f32", "--runtime onnxruntime");
+  INFO(f.output);
+  REQUIRE(f.status == 0);
+  const std::string q_args = "--runtime onnxruntime --dtype int" + std::to_string(bits) + " --block-size " +
+                             std::to_string(block) + " --accuracy-level 0" + (symmetric ? "" : " --asymmetric");
+  RunResult q = build_cli(t / "ckpt", t / "q", q_args);
+  INFO(q.output);
+  REQUIRE(q.status == 0);
+  QuantNodes counts;
+  onnx::ModelProto m = load_model(t / "q" / "model.onnx");
+  std::function<void(const onnx::GraphProto&)> scan = [&](const onnx::GraphProto& g) {
+    for (const auto& n : g.node()) {
+      counts.nbits += n.op_type() == "MatMulNBits";
+      if (n.op_type() == "GatherBlockQuantized") {
+        ++counts.gathers;
+        counts.gathers_with_zero_points += n.input_size() == 4;
+      }
+      for (const auto& a : n.attribute())
+        if (a.has_g()) scan(a.g());
+    }
+  };
+  scan(m.graph());
+  CHECK(compare(t.path(), t / "f32" / "model.onnx", t / "q" / "model.onnx") < 1e-4);
+  return counts;
+}
+
+TEST_CASE("quant: dense families on grid weights compute what float32 computes, int4 and int8, symmetric and not") {
+  const std::vector<std::pair<std::string, int64_t>> cases = {
+      {"llama-tiny", 32}, {"qwen3-qknorm", 32}, {"gemma3-text-tiny", 16}, {"qwen35-tiny", 32}, {"phi3-longrope", 32}};
+  for (const auto& [c, block] : cases)
+    for (int bits : {4, 8})
+      for (bool symmetric : {true, false}) {
+        QuantNodes n = check_on_grid(c, bits, symmetric, block);
+        CHECK(n.nbits > 0);
+      }
+  // llama-tiny: per layer packed q/k/v, o, gate, up, down; and lm_head.
+  CHECK(check_on_grid("llama-tiny", 4, false, 32).nbits == 11);
+}
+
+TEST_CASE("quant: mixture-of-experts banks on grid weights compute what float32 computes, int4 and int8, symmetric and not") {
+  const std::vector<std::pair<std::string, int64_t>> cases = {
+      {"qwen3-moe-tiny", 32}, {"deepseek-v3-tiny", 16}, {"mixtral-tiny", 16}};  // deepseek: 48-wide q_b and o
+  for (const auto& [c, block] : cases)
+    for (int bits : {4, 8})
+      for (bool symmetric : {true, false}) {
+        QuantNodes n = check_on_grid(c, bits, symmetric, block);
+        // The expert banks are quantized (GatherBlockQuantized), with zero points when asymmetric.
+        CHECK(n.gathers > 0);
+        CHECK(n.gathers_with_zero_points == (symmetric ? 0 : n.gathers));
+      }
 }
 
 TEST_CASE("quant: int8 and int4 weights are smaller and refused where they cannot run") {

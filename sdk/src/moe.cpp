@@ -170,7 +170,7 @@ Value GatedExpertBank::bank(Graph& g, const std::string& local) const {
 }
 
 bool GatedExpertBank::quantized(const BuildContext& ctx) const {
-  return ctx.weight_bits() > 0 && ctx.ops() == "ort" && ctx.symmetric() &&
+  return ctx.weight_bits() > 0 && ctx.ops() == "ort" &&
          hidden % ctx.block_size() == 0 && intermediate % ctx.block_size() == 0;
 }
 
@@ -180,8 +180,12 @@ GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::
   Graph& main = ctx.graph();
   const int bits = ctx.weight_bits(), block = ctx.block_size();
   const std::string base = full_name(local);
-  const std::string data_name = base + "_Q" + std::to_string(bits), scales_name = base + "_scales";
-  if (auto d = main.find_initializer(data_name)) return {*d, *main.find_initializer(scales_name)};
+  const std::string data_name = base + "_Q" + std::to_string(bits), scales_name = base + "_scales",
+                    zp_name = base + "_zero_points";
+  const bool symmetric = ctx.symmetric();
+  if (auto d = main.find_initializer(data_name))
+    return {*d, *main.find_initializer(scales_name),
+            symmetric ? Value() : *main.find_initializer(zp_name)};
   std::vector<std::string> sources;
   int64_t mats = 0, rows = 0, cols = 0;  // [mats, rows, cols] as the checkpoint stores it
   for (int64_t e = 0; e < experts; ++e) {
@@ -198,21 +202,28 @@ GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::
   } else {
     mats = experts, rows = hidden, cols = intermediate;
   }
-  // MatMulNBits' symmetric layout of the rows of every expert, seen as [mats, rows, cols packed]:
-  // the layout GatherBlockQuantized reads (zero point 2^(bits-1), low nibble first).
+  // MatMulNBits' layout of the rows of every expert, seen as [mats, rows, cols packed]: the
+  // layout GatherBlockQuantized reads (low nibble first; the zero point 2^(bits-1) when
+  // symmetric, else per block, two to a byte for 4 bits, as MatMulNBits stores them).
+  const int64_t blocks = cols / block;
   Value data = main.initializer(data_name, TensorType(DType::UInt8, {Dim(mats), Dim(rows), Dim(cols * bits / 8)}));
-  Value sc = main.initializer(scales_name, TensorType(scales, {Dim(mats), Dim(rows), Dim(cols / block)}));
-  for (int part : {MOBIUS_QUANT_PART_DATA, MOBIUS_QUANT_PART_SCALES}) {
+  Value sc = main.initializer(scales_name, TensorType(scales, {Dim(mats), Dim(rows), Dim(blocks)}));
+  Value zp = symmetric ? Value()
+                       : main.initializer(zp_name, TensorType(DType::UInt8, {Dim(mats), Dim(rows),
+                                                                             Dim((blocks * bits + 7) / 8)}));
+  for (int part : {MOBIUS_QUANT_PART_DATA, MOBIUS_QUANT_PART_SCALES, MOBIUS_QUANT_PART_ZERO_POINTS}) {
+    if (part == MOBIUS_QUANT_PART_ZERO_POINTS && symmetric) continue;
     mobius_weight_layout layout{};
     layout.struct_size = sizeof(layout);
     layout.kind = MOBIUS_LAYOUT_BLOCK_QUANTIZED;
     layout.bits = bits;
     layout.block_size = block;
-    layout.symmetric = 1;
+    layout.symmetric = symmetric ? 1 : 0;
     layout.part = part;
-    ctx.plan_layout(part == MOBIUS_QUANT_PART_DATA ? data_name : scales_name, sources, layout);
+    ctx.plan_layout(part == MOBIUS_QUANT_PART_DATA ? data_name : part == MOBIUS_QUANT_PART_SCALES ? scales_name : zp_name,
+                    sources, layout);
   }
-  return {data, sc};
+  return {data, sc, zp};
 }
 
 // The float rows of bank slices `index` (as Gather along axis 0 would give them) from a
@@ -223,7 +234,9 @@ static Value gather_dequantized(Graph& b, const GatedExpertBank::Quantized& q, V
   if (index.type().rank_known && !index.type().dims.empty()) dims.push_back(index.type().dims[0]);
   dims.emplace_back(rows);
   dims.emplace_back(cols);
-  return b.node("GatherBlockQuantized", {b.outer(q.data), index, b.outer(q.scales)},
+  std::vector<Value> inputs{b.outer(q.data), index, b.outer(q.scales)};
+  if (q.zero_points.valid()) inputs.push_back(b.outer(q.zero_points));
+  return b.node("GatherBlockQuantized", inputs,
                 {TensorType(out, dims)},
                 {Attr("gather_axis", int64_t{0}), Attr("quantize_axis", int64_t{2}),
                  Attr("block_size", static_cast<int64_t>(block)),

@@ -87,12 +87,13 @@ class GatedExpertBank : public ExpertBank {
   std::string act;
   MLPNames names;
 
-  // With --dtype int4/int8 (symmetric, ONNX Runtime's operators, hidden and intermediate sizes
-  // whole blocks) the banks are stored block-quantized, MatMulNBits' layout seen as
-  // [matrices, rows, packed row] (`<bank>_Q4` and `<bank>_scales`), and the loop dequantizes
-  // only the experts it runs, with GatherBlockQuantized; otherwise they are float.
+  // With --dtype int4/int8 (ONNX Runtime's operators, hidden and intermediate sizes whole
+  // blocks) the banks are stored block-quantized, MatMulNBits' layout seen as
+  // [matrices, rows, packed row] (`<bank>_Q4`, `<bank>_scales` and, with --asymmetric,
+  // `<bank>_zero_points`), and the loop dequantizes only the experts it runs, with
+  // GatherBlockQuantized; otherwise they are float.
   struct Quantized {
-    Value data, scales;
+    Value data, scales, zero_points;  // zero_points: not valid when symmetric
   };
   bool quantized(const BuildContext& ctx) const;
   Quantized quantized_bank(Graph& g, const std::string& local, DType scales) const;
