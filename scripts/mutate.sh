@@ -18,27 +18,35 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=$root/build-mutate
 
-# name | file | perl substitution (applied with -0pi, so it may span lines) | tests (meson test
+# name ~ file ~ perl substitution (applied with -0pi, so it may span lines) ~ tests (meson test
 # names, ';'-separated)
 mutations=(
   # The quantized expert banks (int4 and int8 share the path): the int4 tests must catch it on
   # their own, as the int8 ones do.
-  'moe-int4-gate-up|sdk/src/moe.cpp|s/(sources\.push_back\(x \+ names\.)gate( \+ "\.weight"\);\s*sources\.push_back\(x \+ names\.)up/${1}up${2}gate/|quant;parity deepseek-v3-tiny int4;parity qwen3-moe-tiny int4;parity qwen3-moe-tiny int4-asym;moe_families'
-  'genai-heads|sdk/src/genai_config.cpp|s/\{"num_attention_heads", f\.num_attention_heads\}/{"num_attention_heads", f.num_key_value_heads}/|genai configs'
-  'parity-one-logit|tests/parity/parity.mjs|s/for \(let v = 0; v < vocab; \+\+v\) \{(\s*const x = g)/for (let v = 0; v < 1; ++v) {$1/|parity harness'
-  'rope-sign|sdk/src/layers.cpp|s/Concat\(\{Neg\(x2\), x1\}, -1\)/Concat({x2, Neg(x1)}, -1)/|parity llama-tiny standard'
-  'rmsnorm-eps|sdk/src/layers.cpp|s/Sqrt\(Add\(var, Scalar\(x\.graph\(\), DType::Float, eps\)\)\)/Sqrt(Add(var, Scalar(x.graph(), DType::Float, eps * 1000)))/|parity llama-tiny standard'
-  'hub-unchecked-blob|core/src/hub_download.cpp|s/if \(got != m\.etag\) \{/if (false) {/|hub;hub_hostile'
-  'hub-etag-any|core/src/hub.cpp|s/if \(m\.lfs \? !is_sha256_hex\(m\.etag\) : !is_sha1_hex\(m\.etag\)\)/if (false)/|hub;hub_hostile'
-  'hub-redirect-anywhere|core/src/net_policy.hpp|s/return static_cast<int>\(target\) <= static_cast<int>\(context\);/return true;/|hub redirects netns;hub_hostile'
-  'hub-small-unbounded|core/src/untrusted.cpp|s/return kConfigLimits\.max_bytes;\n\}/return uint64_t{1} << 40;\n}/|hub_hostile'
-  'hub-no-deadline|core/src/http.cpp|s/if \(seconds_since\(t->start\) > r\.header_timeout_s\)/if (false)/|hub_hostile'
-  'tjs-layout|core/src/layout.cpp|s/l\.graph = "onnx\/model" \+ suffix \+ "\.onnx";/l.graph = "model" + suffix + ".onnx";/|transformers.js llama-tiny;runtime_layout'
+  'moe-int4-gate-up~sdk/src/moe.cpp~s/(sources\.push_back\(x \+ names\.)gate( \+ "\.weight"\);\s*sources\.push_back\(x \+ names\.)up/${1}up${2}gate/~quant;parity deepseek-v3-tiny int4;parity qwen3-moe-tiny int4;parity qwen3-moe-tiny int4-asym;moe_families'
+  'genai-heads~sdk/src/genai_config.cpp~s/\{"num_attention_heads", f\.num_attention_heads\}/{"num_attention_heads", f.num_key_value_heads}/~genai configs'
+  'parity-one-logit~tests/parity/parity.mjs~s/for \(let v = 0; v < vocab; \+\+v\) \{(\s*const x = g)/for (let v = 0; v < 1; ++v) {$1/~parity harness'
+  'rope-sign~sdk/src/layers.cpp~s/Concat\(\{Neg\(x2\), x1\}, -1\)/Concat({x2, Neg(x1)}, -1)/~parity llama-tiny standard'
+  'rmsnorm-eps~sdk/src/layers.cpp~s/Sqrt\(Add\(var, Scalar\(x\.graph\(\), DType::Float, eps\)\)\)/Sqrt(Add(var, Scalar(x.graph(), DType::Float, eps * 1000)))/~parity llama-tiny standard'
+  'hub-unchecked-blob~core/src/hub_download.cpp~s/if \(got != m\.etag\) \{/if (false) {/~hub;hub_hostile'
+  'hub-etag-any~core/src/hub.cpp~s/if \(m\.lfs \? !is_sha256_hex\(m\.etag\) : !is_sha1_hex\(m\.etag\)\)/if (false)/~hub;hub_hostile'
+  'hub-redirect-anywhere~core/src/net_policy.hpp~s/return static_cast<int>\(target\) <= static_cast<int>\(context\);/return true;/~hub redirects netns;hub_hostile'
+  'hub-small-unbounded~core/src/untrusted.cpp~s/return kConfigLimits\.max_bytes;\n\}/return uint64_t{1} << 40;\n}/~hub_hostile'
+  'hub-no-deadline~core/src/http.cpp~s/if \(seconds_since\(t->start\) > r\.header_timeout_s\)/if (false)/~hub_hostile'
+  'tjs-layout~core/src/layout.cpp~s/l\.graph = "onnx\/model" \+ suffix \+ "\.onnx";/l.graph = "model" + suffix + ".onnx";/~transformers.js llama-tiny;runtime_layout'
+  'moe-asym-zero-points~sdk/src/moe.cpp~s/if \(q\.zero_points\.valid\(\)\) inputs/if (false) inputs/~quant'
+  'quant-scale-sign~core/src/weight_plan.cpp~s/p\.scale = -m \/ static_cast<float>/p.scale = m \/ static_cast<float>/~quant'
+  'json-depth-off-by-one~core/src/untrusted.cpp~s/depth >= limits\.max_depth\)/depth > limits.max_depth)/~untrusted'
+  'safetensors-overlap-off-by-one~core/src/safetensors.cpp~s/if \(e->begin < covered\) \{/if (e->begin + 1 < covered) {/~safetensors'
+  'safetensors-gap-off-by-one~core/src/safetensors.cpp~s/if \(e->begin > covered\) \{/if (e->begin > covered + 1) {/~safetensors'
+  'summary-skip-as-pass~scripts/count_results.mjs~s/if \(r === "OK" \|\| r === "EXPECTEDFAIL"\) passed\+\+;/if (r === "OK" || r === "EXPECTEDFAIL" || r === "SKIP") passed++;/~summary count'
+  'summary-stale-log~scripts/test.sh~s/rm -f "\$log"\n//~summary count'
+
 )
 
 if [ "${1:-}" = "--list" ]; then
   for m in "${mutations[@]}"; do
-    IFS='|' read -r name file _ tests <<<"$m"
+    IFS='~' read -r name file _ tests <<<"$m"
     printf '%-22s %-28s %s\n' "$name" "$file" "$tests"
   done
   exit 0
@@ -69,7 +77,7 @@ ninja -C "$scratch/build" >/dev/null || { echo "mutate: the unmutated copy does 
 caught=0; missed=0; broken=0
 missed_names=()
 for m in "${mutations[@]}"; do
-  IFS='|' read -r name file expr tests <<<"$m"
+  IFS='~' read -r name file expr tests <<<"$m"
   want "$name" || continue
   target=$scratch/src/$file
   before=$(sha256sum "$target")

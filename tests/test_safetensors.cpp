@@ -523,6 +523,18 @@ TEST_CASE("safetensors: huge offsets") {
                         "beyond the data region (1 bytes)");
 }
 
+TEST_CASE("safetensors: one byte of overlap, one byte of gap, one trailing byte") {
+  // The boundaries themselves: a check that is off by one lets each of these through.
+  check_header_rejected("{\"a\":" + f32_entry("[1]", 0, 4) + ",\"b\":" + f32_entry("[1]", 3, 7) + "}",
+                        std::string(7, 'x'), "tensors 'a' [0, 4) and 'b' [3, 7) overlap");
+  check_header_rejected("{\"a\":" + f32_entry("[1]", 0, 4) + ",\"b\":" + f32_entry("[1]", 5, 9) + "}",
+                        std::string(9, 'x'), "gap of bytes [4, 5) in the data region before tensor 'b'");
+  check_header_rejected("{\"a\":" + f32_entry("[1]", 0, 4) + "}", std::string(5, 'x'),
+                        "1 trailing bytes after the last tensor");
+  check_header_rejected("{\"w\":" + f32_entry("[2]", 0, 8) + "}", std::string(7, 'x'),
+                        "tensor 'w' offsets [0, 8) extend beyond the data region (7 bytes)");
+}
+
 TEST_CASE("safetensors: overlapping tensors") {
   check_header_rejected(
       "{\"a\":" + f32_entry("[2]", 0, 8) + ",\"b\":" + f32_entry("[2]", 4, 12) + "}",
