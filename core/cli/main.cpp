@@ -439,6 +439,13 @@ int main(int argc, char** argv) {
   download->add_option("repo", repo, "Hugging Face Hub id")->required()->type_name("ORG/NAME[@REV]");
   download->add_option("--revision", revision, "Branch, tag or commit (default: main)")->type_name("REV");
   download->add_flag("--quiet,-q", download_quiet, "Print the folder and errors only (no progress bar)");
+  download->footer(
+      "Settings, as huggingface_hub reads them: HF_HOME, HF_HUB_CACHE, HF_ENDPOINT, HF_TOKEN, "
+      "HF_HUB_OFFLINE; HF_HUB_ETAG_TIMEOUT (seconds a metadata request may take, default 10) and "
+      "HF_HUB_DOWNLOAD_TIMEOUT (seconds a download may go without its headers or below 1 KiB/s, "
+      "default 10). Every file is checked against the digest the hub names it by before it "
+      "enters the cache; a file is tried at most 5 times, and a hub that does not answer fails "
+      "it within 2 x the timeout + 1 s.");
 
   CLI::App* list = app.add_subcommand("list", "List the model types the plugins register");
   list->add_flag("--json", json, "Machine-readable output");
