@@ -20,9 +20,8 @@
 // of the input) and the attention softmax in float32, as the SDK's decoders do; with float16
 // weights the activation function also runs in float32 and is rounded once.
 //
-// Parts the SDK does not have yet live here: LayerNorm (weight and bias, ONNX
-// LayerNormalization), the CLIP attention (biased q/k/v packed into one MatMul with
-// nn::packed_linears, a causal mask without a KV cache) and quick_gelu.
+// Parts the SDK does not have yet live here: the CLIP attention (biased q/k/v packed into one
+// MatMul with nn::packed_linears, a causal mask without a KV cache) and quick_gelu.
 #include <cfloat>
 #include <cmath>
 #include <memory>
@@ -133,27 +132,8 @@ json parse(const json& raw) {
 // ---------------------------------------------------------------------------------------------
 // Modules. Parameter paths equal the checkpoint's tensor names.
 
-// nn.LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias over the last axis, in float32,
-// cast back to x's dtype. The weight and bias are stored in float32 whatever the weight dtype.
-class LayerNorm : public nn::Module {
- public:
-  LayerNorm(int64_t d, double e) : dim(d), eps(e) {
-    declare("weight", {d});
-    declare("bias", {d});
-  }
-  Value forward(Graph& g, Value x) const {
-    ScopeGuard s(g, path());
-    Value xf = op::Cast(x, DType::Float);
-    Value y = g.node("LayerNormalization",
-                     {xf, param(g, "weight", DType::Float), param(g, "bias", DType::Float)},
-                     {xf.type()},
-                     {mobius::Attr("axis", int64_t{-1}), mobius::Attr("epsilon", eps),
-                      mobius::Attr("stash_type", int64_t{1})})[0];
-    return op::Cast(y, x.dtype());
-  }
-  int64_t dim;
-  double eps;
-};
+// nn.LayerNorm in float32, cast back to x's dtype (the weight and bias stored in float32).
+using LayerNorm = nn::LayerNorm;
 
 // CLIPAttention's eager path: softmax(q k^T * head_dim^-0.5 + causal) v, every head its own
 // keys (no grouping), q/k/v biased and packed into one MatMul.

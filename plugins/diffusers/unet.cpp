@@ -35,22 +35,10 @@ using nlohmann::json;
 
 Value cast_to(Value x, DType t) { return x.dtype() == t ? x : Cast(x, t); }
 
-// torch.nn.LayerNorm(dim, eps) with its weight and bias: ONNX LayerNormalization (opset 17) with
-// float32 statistics.
-class LayerNorm : public nn::Module {
+// torch.nn.LayerNorm in the activation dtype, float32 statistics.
+class LayerNorm : public nn::LayerNorm {
  public:
-  LayerNorm(int64_t dim, double eps) : eps(eps) {
-    declare("weight", {dim});
-    declare("bias", {dim});
-  }
-  Value forward(Graph& g, Value x) const {
-    ScopeGuard s(g, path());
-    return g.node("LayerNormalization", {x, param(g, "weight", x.dtype()), param(g, "bias", x.dtype())},
-                  {x.type()},
-                  {Attr("axis", static_cast<int64_t>(-1)), Attr("epsilon", eps),
-                   Attr("stash_type", static_cast<int64_t>(1))})[0];
-  }
-  double eps;
+  LayerNorm(int64_t dim, double eps) : nn::LayerNorm(dim, eps, Compute::InputDtype) {}
 };
 
 // diffusers' Attention with AttnProcessor: to_q / to_k / to_v without bias, softmax(q k^T *

@@ -529,6 +529,21 @@ Value RMSNorm::simplified(Graph& g, Value x) const {
                  Attr("stash_type", static_cast<int64_t>(1))})[0];
 }
 
+LayerNorm::LayerNorm(int64_t d, double e, Compute c) : dim(d), eps(e), compute(c) {
+  declare("weight", {d});
+  declare("bias", {d});
+}
+
+Value LayerNorm::forward(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  const bool f32 = compute == Compute::Float32;
+  Value in = f32 ? Cast(x, DType::Float) : x;
+  const DType pdt = f32 ? DType::Float : x.dtype();
+  Value y = g.node("LayerNormalization", {in, param(g, "weight", pdt), param(g, "bias", pdt)}, {in.type()},
+                   {Attr("axis", int64_t{-1}), Attr("epsilon", eps), Attr("stash_type", int64_t{1})})[0];
+  return f32 ? Cast(y, x.dtype()) : y;
+}
+
 Value RMSNorm::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
   if (ort_ops(g.context())) return simplified(g, x);

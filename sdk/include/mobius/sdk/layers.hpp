@@ -177,6 +177,23 @@ class OffsetRMSNorm : public RMSNorm {
   bool fusable(DType dt) const override { return dt == DType::Float; }
 };
 
+// torch.nn.LayerNorm(dim, eps) with its weight and bias: ONNX LayerNormalization over the last
+// axis with float32 statistics (stash_type 1). Where the rest of the graph runs:
+//   Float32: x is cast to float32, the weight and bias are float32 whatever the weight dtype,
+//            and the result is cast back to x's dtype (transformers' encoders, computed as their
+//            float32 reference does; CLIP's text encoder);
+//   InputDtype: the weight and bias in x's dtype, the operator on x as it is (diffusers' UNet,
+//            whose float16 pipeline keeps its norms in float16).
+class LayerNorm : public Module {
+ public:
+  enum class Compute { Float32, InputDtype };
+  LayerNorm(int64_t dim, double eps, Compute compute = Compute::Float32);
+  Value forward(Graph& g, Value x) const;
+  int64_t dim;
+  double eps;
+  Compute compute;
+};
+
 // The norm a family uses everywhere (layer norms, q/k norms, the final norm).
 enum class NormKind { RMS, OffsetRMS };
 using NormFactory = std::function<std::unique_ptr<RMSNorm>(int64_t dim, double eps)>;
