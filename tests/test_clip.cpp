@@ -351,7 +351,7 @@ TEST_CASE("clip: configs, checkpoints and runtimes that do not fit fail before a
   };
   const std::vector<Case> cases = {
       {"unknown activation", [](auto& c) { c["hidden_act"] = "gelu_quick"; }, {},
-       "'hidden_act' has unknown activation 'gelu_quick' (known: quick_gelu, gelu, "},
+       "'hidden_act' has unknown activation 'gelu_quick' (known: silu, swish, relu, gelu, "},
       {"activation not a string", [](auto& c) { c["hidden_act"] = 5; }, {}, "'hidden_act' must be a string"},
       {"heads do not divide hidden", [](auto& c) { c["num_attention_heads"] = 5; }, {},
        "'num_attention_heads' (5) must divide 'hidden_size' (32)"},

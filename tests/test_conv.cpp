@@ -1,4 +1,5 @@
-// test_conv.cpp - the SDK's convolutional parts (mobius/sdk/conv.hpp) and diffusers'
+// test_conv.cpp - the SDK's convolutional parts (mobius/sdk/conv.hpp), its LayerNorm and activations,
+// and diffusers'
 // AutoencoderKL (plugins/diffusers/vae.cpp):
 // - each part built alone into a graph over a small random checkpoint, run in ONNX Runtime, and
 //   compared with a plain float64 restatement of torch's semantics written here (GroupNorm, Conv2d
@@ -286,14 +287,17 @@ Img attention_ref(const Img& x, int64_t heads, int64_t groups, double eps,
 }
 
 // Largest |got - want| / (atol + rtol * |want|) (<= 1 passes), checking the sizes agree.
-double worst(const std::vector<float>& got, const Img& want, double atol, double rtol) {
-  REQUIRE(got.size() == want.v.size());
+double worst(const std::vector<float>& got, const std::vector<double>& want, double atol, double rtol) {
+  REQUIRE(got.size() == want.size());
   double r = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!std::isfinite(got[i])) return INFINITY;
-    r = std::max(r, std::abs(got[i] - want.v[i]) / (atol + rtol * std::abs(want.v[i])));
+    r = std::max(r, std::abs(got[i] - want[i]) / (atol + rtol * std::abs(want[i])));
   }
   return r;
+}
+double worst(const std::vector<float>& got, const Img& want, double atol, double rtol) {
+  return worst(got, want.v, atol, rtol);
 }
 
 struct Tol {
@@ -329,6 +333,68 @@ TEST_CASE("conv: GroupNorm computes torch's group statistics, far from zero mean
         for (double& e : xi.v) e = static_cast<double>(mobius::f16_to_float(mobius::float_to_f16(static_cast<float>(e))));
       CHECK(worst(y, group_norm_ref(xi, groups, 1e-6, w, b), tol(dtype).atol, tol(dtype).rtol) <= 1.0);
     }
+  }
+}
+
+TEST_CASE("layers: LayerNorm in float32 or the input's dtype, and every activation, as torch computes them") {
+  for (const std::string dtype : {"f32", "f16"}) {
+    for (auto compute : {mobius::nn::LayerNorm::Compute::Float32, mobius::nn::LayerNorm::Compute::InputDtype}) {
+      CAPTURE(dtype);
+      TempDir t;
+      Rng rng(5);
+      Ckpt ck(rng);
+      const int64_t D = 16;
+      auto& w = ck.add("ln.weight", {D}, 0.5, 1.0);
+      auto& b = ck.add("ln.bias", {D}, 0.3);
+      ck.write(t / "ckpt");
+      const std::vector<int64_t> dims{2, 3, D};
+      auto x = rng.normal(numel(dims), 2.0, 3.0);
+      Holder<mobius::nn::LayerNorm> m("ln", D, 1e-5, compute);
+      auto y = run_part(t, t / "ckpt", dtype, dims, x, part_graph(dims, [&](mobius::Graph& g, Value v) {
+                          return m.m.forward(g, v);
+                        }));
+      std::vector<double> ref(x.size());
+      for (size_t r = 0; r < x.size() / D; ++r) {
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < D; ++j) mean += x[r * D + j];
+        mean /= D;
+        for (int64_t j = 0; j < D; ++j) var += (x[r * D + j] - mean) * (x[r * D + j] - mean);
+        var /= D;
+        for (int64_t j = 0; j < D; ++j)
+          ref[r * D + j] = (x[r * D + j] - mean) / std::sqrt(var + 1e-5) * w[j] + b[j];
+      }
+      CHECK(worst(y, ref, tol(dtype).atol, tol(dtype).rtol) <= 1.0);
+    }
+  }
+  // transformers' ACT2FN, restated in float64.
+  const std::vector<std::pair<std::string, std::function<double(double)>>> acts = {
+      {"silu", [](double v) { return v / (1 + std::exp(-v)); }},
+      {"relu", [](double v) { return std::max(v, 0.0); }},
+      {"gelu", [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+      {"gelu_new", [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }},
+      {"quick_gelu", [](double v) { return v / (1 + std::exp(-1.702 * v)); }},
+      {"gelu_10", [](double v) { return std::clamp(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), -10.0, 10.0); }},
+      {"relu6", [](double v) { return std::clamp(v, 0.0, 6.0); }},
+      {"relu2", [](double v) { return v > 0 ? v * v : 0.0; }},
+      {"sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {"tanh", [](double v) { return std::tanh(v); }},
+      {"linear", [](double v) { return v; }},
+      {"mish", [](double v) { return v * std::tanh(std::log1p(std::exp(v))); }},
+  };
+  for (const auto& [name, f] : acts) {
+    CAPTURE(name);
+    TempDir t;
+    Rng rng(7);
+    Ckpt ck(rng);
+    ck.write(t / "ckpt");
+    const std::vector<int64_t> dims{2, 40};
+    auto x = rng.normal(numel(dims), 6.0);  // wide enough to reach gelu_10's and relu6's clips
+    auto y = run_part(t, t / "ckpt", "f32", dims, x, part_graph(dims, [&](mobius::Graph&, Value v) {
+                        return mobius::nn::activation(name, v);
+                      }));
+    std::vector<double> ref(x.size());
+    for (size_t i = 0; i < x.size(); ++i) ref[i] = f(x[i]);
+    CHECK(worst(y, ref, 1e-5, 1e-4) <= 1.0);
   }
 }
 

@@ -21,7 +21,7 @@
 // weights the activation function also runs in float32 and is rounded once.
 //
 // Parts the SDK does not have yet live here: the CLIP attention (biased q/k/v packed into one
-// MatMul with nn::packed_linears, a causal mask without a KV cache) and quick_gelu.
+// MatMul with nn::packed_linears, a causal mask without a KV cache).
 #include <cfloat>
 #include <cmath>
 #include <memory>
@@ -69,18 +69,6 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClipTextConfig, model_type, voca
                                                 num_attention_heads, max_position_embeddings,
                                                 hidden_act, layer_norm_eps, eos_token_id, pooling)
 
-// Activations by transformers' ACT2FN names: quick_gelu here, the others the SDK's
-// (nn::activation: gelu is the exact erf form, gelu_new / gelu_pytorch_tanh / gelu_fast the tanh
-// approximation).
-const char* const kActivations[] = {"quick_gelu", "gelu", "gelu_new", "gelu_pytorch_tanh",
-                                    "gelu_fast", "relu", "silu", "swish"};
-
-bool known_activation(const std::string& name) {
-  for (const char* a : kActivations)
-    if (name == a) return true;
-  return false;
-}
-
 json parse(const json& raw) {
   if (!raw.is_object()) throw mobius::Error("[config] config.json must be a JSON object");
   ConfigReader r(raw, "config.json");
@@ -99,12 +87,7 @@ json parse(const json& raw) {
   c.eos_token_id = r.get_int("eos_token_id", c.eos_token_id);
   c.pooling = c.eos_token_id == 2 ? "argmax" : "first_eos";
 
-  if (!known_activation(c.hidden_act)) {
-    std::string known;
-    for (const char* a : kActivations) known += std::string(known.empty() ? "" : ", ") + a;
-    r.fail("hidden_act", "has unknown activation " + mobius::quote_value(c.hidden_act) +
-                             " (known: " + known + ")");
-  }
+  nn::check_activation(r, "hidden_act", c.hidden_act);
   if (c.intermediate_size <= 0) r.fail("intermediate_size", "must be positive, got " + std::to_string(c.intermediate_size));
   if (c.max_position_embeddings <= 0)
     r.fail("max_position_embeddings", "must be positive, got " + std::to_string(c.max_position_embeddings));
@@ -171,8 +154,7 @@ class ClipAttention : public nn::Module {
 // ACT2FN[name](x), in float32 for a float16 x (rounded once, after).
 Value activate(const std::string& name, Value x) {
   Value xf = x.dtype() == DType::Float16 ? op::Cast(x, DType::Float) : x;
-  Value y = name == "quick_gelu" ? op::Mul(xf, op::Sigmoid(op::Mul(xf, op::ScalarLike(xf, 1.702))))
-                                 : nn::activation(name, xf);
+  Value y = nn::activation(name, xf);
   return op::Cast(y, x.dtype());
 }
 
