@@ -1,6 +1,5 @@
-// test_conv.cpp - the SDK's convolutional parts (mobius/sdk/conv.hpp), its LayerNorm and activations,
-// and diffusers'
-// AutoencoderKL (plugins/diffusers/vae.cpp):
+// test_conv.cpp - the SDK's convolutional parts (mobius/sdk/conv.hpp), its LayerNorm and
+// activations, and diffusers' AutoencoderKL (plugins/diffusers/vae.cpp):
 // - each part built alone into a graph over a small random checkpoint, run in ONNX Runtime, and
 //   compared with a plain float64 restatement of torch's semantics written here (GroupNorm, Conv2d
 //   with symmetric and asymmetric padding, nearest upsampling, average pooling, the resnet block
