@@ -21,11 +21,10 @@
 extern char** environ;
 
 namespace mobius::test {
-namespace {
 
 
 // No proxy, token or hub setting of the caller's environment reaches the runs below.
-void isolate_env() {
+inline void isolate_env() {
   for (const char* k : {"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy",
                         "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE",
                         "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT",
@@ -35,7 +34,7 @@ void isolate_env() {
   ::setenv("no_proxy", "*", 1);
 }
 
-std::string sha256_of(const std::string& bytes) {
+inline std::string sha256_of(const std::string& bytes) {
   Sha256 s;
   s.update(bytes);
   return s.hex_digest();
@@ -117,20 +116,20 @@ class HubServer {
 };
 
 // `mobius ARGS` with the hub settings given as VAR=value words (and nothing from the caller's).
-RunResult mobius_cli(const std::string& env, const std::string& args) {
+inline RunResult mobius_cli(const std::string& env, const std::string& args) {
   return run("env " + env + " " + quote(env_or_empty("MOBIUS_CLI")) + " " + args);
 }
 
-std::string hub_env(const HubServer& s, const fs::path& home, const std::string& extra = "") {
+inline std::string hub_env(const HubServer& s, const fs::path& home, const std::string& extra = "") {
   return "HF_ENDPOINT=" + s.endpoint() + " HF_HOME=" + quote(home.string()) + " " + extra;
 }
 
-fs::path repo_dir(const fs::path& home, const std::string& repo) {
+inline fs::path repo_dir(const fs::path& home, const std::string& repo) {
   return home / "hub" / hub::repo_folder_name(repo);
 }
 
 // The one snapshot of a repository in the cache.
-std::string only_commit(const fs::path& home, const std::string& repo) {
+inline std::string only_commit(const fs::path& home, const std::string& repo) {
   std::vector<std::string> c;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(repo_dir(home, repo) / "snapshots", ec))
@@ -140,7 +139,7 @@ std::string only_commit(const fs::path& home, const std::string& repo) {
 }
 
 // Whether any snapshot of the repository has an entry (even a dangling link) named `file`.
-bool any_snapshot_has(const fs::path& home, const std::string& repo, const std::string& file) {
+inline bool any_snapshot_has(const fs::path& home, const std::string& repo, const std::string& file) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(repo_dir(home, repo) / "snapshots", ec))
     if (fs::exists(fs::symlink_status(e.path() / file))) return true;
@@ -149,7 +148,7 @@ bool any_snapshot_has(const fs::path& home, const std::string& repo, const std::
 
 // huggingface_hub's layout: refs/main holds the commit; every snapshot entry is a relative link
 // into ../../blobs/ that resolves; nothing half-written remains in blobs/.
-void check_layout(const fs::path& home, const std::string& repo, const std::set<std::string>& files) {
+inline void check_layout(const fs::path& home, const std::string& repo, const std::set<std::string>& files) {
   const fs::path rd = repo_dir(home, repo);
   const std::string commit = only_commit(home, repo);
   CHECK(hub::is_commit_hash(commit));
@@ -176,7 +175,7 @@ void check_layout(const fs::path& home, const std::string& repo, const std::set<
   }
 }
 
-std::vector<nlohmann::json> requests(const nlohmann::json& log, const std::string& server,
+inline std::vector<nlohmann::json> requests(const nlohmann::json& log, const std::string& server,
                                      const std::string& method = "", const std::string& file = "") {
   std::vector<nlohmann::json> v;
   for (const auto& e : log)
@@ -186,21 +185,20 @@ std::vector<nlohmann::json> requests(const nlohmann::json& log, const std::strin
   return v;
 }
 
-RunResult local_build(const fs::path& ckpt, const fs::path& out) {
+inline RunResult local_build(const fs::path& ckpt, const fs::path& out) {
   return mobius_cli("", "build -q --model " + quote(ckpt.string()) + " " + quote(out.string()));
 }
 
-void copy_dir(const fs::path& from, const fs::path& to) {
+inline void copy_dir(const fs::path& from, const fs::path& to) {
   fs::create_directories(to);
   fs::copy(from, to, fs::copy_options::recursive);
 }
 
-nlohmann::json repos(std::initializer_list<std::pair<std::string, fs::path>> list) {
+inline nlohmann::json repos(std::initializer_list<std::pair<std::string, fs::path>> list) {
   nlohmann::json r = nlohmann::json::object();
   for (const auto& [id, dir] : list) r[id] = {{"dir", dir.string()}, {"tags", {"v1"}}};
   return r;
 }
 
 
-}  // namespace
 }  // namespace mobius::test

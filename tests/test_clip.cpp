@@ -378,7 +378,7 @@ TEST_CASE("clip: configs, checkpoints and runtimes that do not fit fail before a
        "", {f32_tensor("text_model.extra.weight", {2}, {1.0f, 2.0f})}},
       {"GenAI asked for", {}, {}, "clip_text_model is a text encoder (task text-encoding), which ONNX Runtime GenAI does not run",
        "--runtime ort-genai"},
-      {"transformers.js asked for", {}, {}, "clip_text_model: mobius lays transformers.js folders out for text-generation models only",
+      {"transformers.js asked for", {}, {}, "clip_text_model is a text encoder (task text-encoding), which transformers.js does not run",
        "--runtime transformers.js"},
   };
   for (const auto& c : cases) {

@@ -832,9 +832,9 @@ TEST_CASE("vae: configs AutoencoderKL cannot be built are refused naming the key
   // ONNX Runtime.
   fs::path d = config_only(t, "sd15", kSd15VaeConfig);
   std::string genai = build_vae(d, "decoder", t / "out", {"f32", "ort", "ort-genai", true});
-  CHECK(genai.find("ONNX Runtime GenAI cannot run AutoencoderKL") != std::string::npos);
+  CHECK(genai.find("AutoencoderKL is a Stable Diffusion VAE (task image-vae), which ONNX Runtime GenAI does not run") != std::string::npos);
   std::string tjs = build_vae(d, "decoder", t / "out", {"f32", "ort", "transformers.js", true});
-  CHECK(tjs.find("transformers.js has no AutoencoderKL") != std::string::npos);
+  CHECK(tjs.find("AutoencoderKL is a Stable Diffusion VAE (task image-vae), which transformers.js does not run") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "out"));
   CHECK(build_vae(d, "decoder", t / "default", {"f32", "ort", "", true}) == "");
   CHECK(fs::exists(t / "default" / "model.onnx"));
@@ -1010,6 +1010,6 @@ TEST_CASE("vae: the CLI builds a VAE folder into encoder/ and decoder/, laid out
   RunResult g = run(quote(env_or_empty("MOBIUS_CLI")) + " build -q --runtime ort-genai --model " +
                     quote((golden_diffusers("sd15-tiny") / "vae").string()) + " " + quote((t / "genai").string()));
   CHECK(g.status != 0);
-  CHECK(g.output.find("ONNX Runtime GenAI cannot run AutoencoderKL") != std::string::npos);
+  CHECK(g.output.find("AutoencoderKL is a Stable Diffusion VAE (task image-vae), which ONNX Runtime GenAI does not run") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "genai"));
 }

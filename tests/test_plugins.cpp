@@ -825,3 +825,57 @@ TEST_CASE("plugins: the aliases of a manifest are checked") {
     CHECK(recs[0].error.find(c.reason) != std::string::npos);
   }
 }
+
+TEST_CASE("plugins: a task's row decides the default runtime, refuses the runtimes it cannot run, and holds the plugin to its graph") {
+  const fs::path dir = env_or_empty("MOBIUS_TEST_TASKS_DIR");
+  REQUIRE_FALSE(dir.empty());
+  PluginHost host;
+  ModelRegistry reg;
+  auto recs = host.load(only(dir), reg);
+  REQUIRE(recs.size() == 1);
+  INFO(recs[0].error);
+  REQUIRE(recs[0].loaded);
+  // text-encoding runs in ONNX Runtime alone: that is the folder a build lays out by default.
+  CHECK(reg.get("task_encoder").task == "text-encoding");
+  CHECK(reg.get("task_encoder").default_runtime == "onnxruntime");
+  // A task the table does not list keeps the host's default.
+  {
+    PluginHost h2;
+    ModelRegistry r2;
+    h2.load(only(plugin_dir()), r2);
+    CHECK(r2.get("toy").default_runtime.empty());
+  }
+  TempDir t;
+  auto checkpoint = [&](const std::string& type) {
+    const fs::path ck = t / ("ckpt-" + type);
+    fs::create_directories(ck);
+    write_text(ck / "config.json", R"({"model_type": ")" + type + R"(", "hidden_size": 4})");
+    write_safetensors(ck / "model.safetensors", {f32_tensor("embed.weight", {8, 4}, std::vector<float>(32, 0.5f))});
+    return ck;
+  };
+  auto build = [&](const fs::path& ck, const fs::path& out, const std::string& extra) {
+    return run(cli() + " build -q --plugin-path " + quote(dir.string()) + " --model " + quote(ck.string()) + " " +
+               quote(out.string()) + " " + extra);
+  };
+  RunResult ok = build(checkpoint("task_encoder"), t / "ok", "");
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+  CHECK(nlohmann::json::parse(read_text(t / "ok" / "mobius_provenance.json"))["runtime"] == "onnxruntime");
+  CHECK_FALSE(fs::exists(t / "ok" / "genai_config.json"));
+  for (const char* rt : {"ort-genai", "transformers.js"}) {
+    RunResult r = build(checkpoint("task_encoder"), t / "refused", std::string("--runtime ") + rt);
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.output.find("task_encoder is a text encoder (task text-encoding), which " +
+                        std::string(rt[0] == 'o' ? "ONNX Runtime GenAI" : "transformers.js") + " does not run") !=
+          std::string::npos);
+    CHECK(r.output.find("--runtime onnxruntime lays its folder out for ONNX Runtime") != std::string::npos);
+    CHECK_FALSE(fs::exists(t / "refused"));
+  }
+  RunResult broken = build(checkpoint("task_encoder_unpooled"), t / "broken", "");
+  INFO(broken.output);
+  CHECK(broken.status != 0);
+  CHECK(broken.output.find("task_encoder_unpooled (task text-encoding): the graph has no output 'pooler_output', "
+                           "which the task promises") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "broken"));
+}

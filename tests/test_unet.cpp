@@ -384,12 +384,12 @@ TEST_CASE("unet: runtimes - GenAI and transformers.js refused when asked for; th
   RunResult genai = build_cli(golden_unet("sd15-tiny"), t / "genai", "--runtime ort-genai");
   INFO(genai.output);
   CHECK(genai.status == 1);
-  CHECK(genai.output.find("ONNX Runtime GenAI cannot run a UNet2DConditionModel") != std::string::npos);
+  CHECK(genai.output.find("UNet2DConditionModel is a diffusion UNet (task image-unet), which ONNX Runtime GenAI does not run") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "genai"));
   RunResult tjs = build_cli(golden_unet("sd15-tiny"), t / "tjs", "--runtime transformers.js");
   INFO(tjs.output);
   CHECK(tjs.status == 1);
-  CHECK(tjs.output.find("transformers.js cannot run a UNet2DConditionModel") != std::string::npos);
+  CHECK(tjs.output.find("UNet2DConditionModel is a diffusion UNet (task image-unet), which transformers.js does not run: it has no diffusion models") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "tjs"));
   RunResult def = build_cli(golden_unet("sd15-tiny"), t / "default");
   INFO(def.output);

@@ -178,13 +178,14 @@ namespace {
 std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const fs::path& dir,
                                           const BuildOptions& opts,
                                           std::optional<std::string> source_config,
-                                          bool generates_text = true) {
+                                          bool generates_text = true,
+                                          const std::string& default_runtime = kRuntimeGenai) {
   auto impl = std::make_unique<ModelPackage::Impl>();
   impl->source_dir = dir;
   impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
   impl->weight_dtype = opts.dtype;
-  impl->layout = output_layout(opts.runtime.empty() ? kRuntimeGenai : opts.runtime, opts.dtype);
+  impl->layout = output_layout(opts.runtime.empty() ? default_runtime : opts.runtime, opts.dtype);
   impl->source_repo = opts.source_repo;
   impl->source_revision = opts.source_revision;
   impl->source_commit = opts.source_commit;
@@ -273,7 +274,8 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
                 (opts.graph.empty() ? "choose one" : "there is no graph '" + opts.graph + "'"));
   }
   // Only a model that generates text needs the tokenizer beside it (a pipeline keeps its own).
-  auto impl = start(reg.model_type, dir, opts, config_text, reg.task == "text-generation");
+  auto impl = start(reg.model_type, dir, opts, config_text, reg.task == "text-generation",
+                    reg.default_runtime.empty() ? kRuntimeGenai : reg.default_runtime);
   impl->plugin = reg.plugin;
   impl->plugin_version = reg.version;
   impl->plugin_path = reg.plugin_path;

@@ -10,6 +10,7 @@
 
 #include "checkpoint_files.hpp"
 #include "context.hpp"
+#include "layout.hpp"
 #include "mobius/build.hpp"
 #include "mobius/error.hpp"
 #include "untrusted.hpp"
@@ -325,6 +326,13 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
                       quote_name(g) + " is empty, repeated, or not letters, digits and '_'");
         r.graphs.push_back(std::move(g));
       }
+    }
+    if (a->default_runtime) {  // NULL when the plugin's struct ends before the field
+      r.default_runtime = str(a->default_runtime, "default_runtime");
+      const std::vector<std::string> known = runtimes();
+      if (std::find(known.begin(), known.end(), r.default_runtime) == known.end())
+        throw Error("[abi] model type " + quote_name(model_type) + ": default_runtime " +
+                    quote_name(r.default_runtime) + " is not a runtime mobius lays folders out for");
     }
     auto parse = a->parse_config;
     auto build = a->build;

@@ -299,26 +299,8 @@ void check_checkpoint(const BuildContext& ctx, const ClipTextConfig& c) {
                         ", but the checkpoint has more layers: it holds '" + layer(n) + "'");
 }
 
-// The runtimes a text encoder's folder can be laid out for: ONNX Runtime. GenAI generates text
-// with a decoder; transformers.js folders are made for text-generation models here.
-void check_runtime(const BuildContext& ctx) {
-  const std::string rt = ctx.runtime();
-  if (rt == "ort-genai" && !ctx.runtime_is_default())
-    throw mobius::Error(MOBIUS_ERROR_KIND_CONFIG,
-                        std::string("[config] ") + kModelType + " is a text encoder (task " + kTask +
-                            "), which ONNX Runtime GenAI does not run: it generates text with "
-                            "decoders; --runtime onnxruntime builds the graph for ONNX Runtime");
-  if (rt == "transformers.js")
-    throw mobius::Error(MOBIUS_ERROR_KIND_CONFIG,
-                        std::string("[config] ") + kModelType +
-                            ": mobius lays transformers.js folders out for text-generation "
-                            "models only (their config.json and tokenizer files), not for a text "
-                            "encoder; --runtime onnxruntime builds the graph for ONNX Runtime");
-}
-
 void build(BuildContext& ctx, const json& j) {
   const ClipTextConfig cfg = j.get<ClipTextConfig>();
-  check_runtime(ctx);
   check_checkpoint(ctx, cfg);
   // An unused buffer SD 1.5's checkpoint carries (arange(max_position_embeddings)).
   ctx.ignore_tensors("text_model.embeddings.position_ids");

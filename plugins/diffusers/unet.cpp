@@ -417,15 +417,6 @@ class UNet2DConditionModel : public nn::Module {
 json parse(const json& raw) { return json(read_unet_config(raw)); }
 
 void build(BuildContext& ctx, const json& j) {
-  if (ctx.runtime() == "ort-genai" && !ctx.runtime_is_default())
-    throw Error(MOBIUS_ERROR_KIND_CONFIG,
-                "[config] ONNX Runtime GenAI cannot run a UNet2DConditionModel: it runs text "
-                "generation loops, not diffusion denoisers (--runtime onnxruntime builds the "
-                "graph for ONNX Runtime)");
-  if (ctx.runtime() == "transformers.js")
-    throw Error(MOBIUS_ERROR_KIND_CONFIG,
-                "[config] transformers.js cannot run a UNet2DConditionModel: it has no diffusion "
-                "models (--runtime onnxruntime builds the graph for ONNX Runtime)");
   const UNetConfig cfg = j.get<UNetConfig>();
   const UNet2DConditionModel model(cfg);
   Graph& g = ctx.graph();

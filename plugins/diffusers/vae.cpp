@@ -262,22 +262,8 @@ class DecoderGraph : public Module {
 // into the output).
 Value named(Graph& g, Value v, const TensorType& t) { return g.node("Identity", {v}, {t})[0]; }
 
-void check_runtime(BuildContext& ctx) {
-  const std::string runtime = ctx.runtime();
-  if (runtime == "ort-genai" && !ctx.runtime_is_default())
-    throw Error("[config] ONNX Runtime GenAI cannot run AutoencoderKL (a Stable Diffusion VAE): "
-                "it runs text-generation models only; --runtime onnxruntime builds the VAE's "
-                "encoder and decoder for ONNX Runtime");
-  if (runtime == "transformers.js")
-    throw Error("[config] transformers.js has no AutoencoderKL (a Stable Diffusion VAE); "
-                "--runtime onnxruntime builds the VAE's encoder and decoder for ONNX Runtime");
-  // The default runtime (ort-genai when unchosen): no GenAI files, so the host lays the folder
-  // out for ONNX Runtime alone.
-}
-
 void build(BuildContext& ctx, const json& j) {
   const VaeConfig c = j.get<VaeConfig>();
-  check_runtime(ctx);
   const std::string which = ctx.graph_name();
   if (which != "encoder" && which != "decoder")
     throw Error(which.empty()

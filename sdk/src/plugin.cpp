@@ -1,11 +1,14 @@
-// plugin.cpp - the C callbacks behind PluginRegistrar::add: exceptions become a status, an error
-// kind and a message. The text-generation task's runtime files are in runtime_files.cpp.
+// plugin.cpp - the C callbacks behind PluginRegistrar::add, and the build driver: a model type's
+// task row (mobius/sdk/task.hpp) is read around the plugin's own build (the runtime checked
+// before it, the graph's promised inputs and outputs after, then the task's runtime files).
+// Exceptions become a status, an error kind and a message.
 #include "mobius/sdk/plugin.hpp"
 
 #include <deque>
 #include <new>
 
 #include "mobius/sdk/config.hpp"
+#include "mobius/sdk/task.hpp"
 
 namespace mobius {
 namespace {
@@ -45,8 +48,13 @@ mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json)
     // The normalized config is the plugin's own output: a problem reading it is the plugin's.
     nlohmann::json cfg = parse_config_text(config_json ? config_json : "", "normalized config",
                                            MOBIUS_ERROR_KIND_PLUGIN);
+    const TaskRow* task = find_task(e->task);
+    if (task) detail::check_task_runtime(bc, *task, e->model_type);
     e->build(bc, cfg);
-    if (e->task == "text-generation") detail::add_text_generation_files(bc, e->model_type, cfg);
+    if (task) {
+      detail::check_task_graph(bc, *task, e->model_type);
+      if (task->runtime_files) task->runtime_files(bc, e->model_type, cfg);
+    }
   });
 }
 
@@ -81,6 +89,7 @@ void PluginRegistrar::add(const std::string& model_type, const std::string& task
   a.build = &build_cb;
   a.graphs = e.graph_names.empty() ? nullptr : e.graph_names.data();
   a.n_graphs = e.graph_names.size();
+  if (const TaskRow* task = find_task(e.task)) a.default_runtime = task->runtimes.front().c_str();
   if (host_->register_architecture(reg_, &a) != MOBIUS_OK)
     throw Error("[plugin] the host refused model type '" + model_type + "'");
 }

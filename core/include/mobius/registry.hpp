@@ -24,6 +24,9 @@ struct Registration {
   // The graphs one checkpoint of this type becomes when more than one (mobius_architecture's
   // `graphs`), each built with BuildOptions::graph set to it; empty: one graph.
   std::vector<std::string> graphs;
+  // The runtime a build lays the folder out for when the user names none (the task's);
+  // empty: ort-genai.
+  std::string default_runtime;
   // A manifest's alias (`aliases: {this_type: alias_of}`): built by alias_of's registration,
   // which target_plugin (at target_path) registered; plugin and plugin_path name the manifest
   // that declared the alias. Empty for a type a plugin's code registered itself.

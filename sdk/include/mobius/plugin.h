@@ -270,6 +270,9 @@ typedef struct mobius_architecture {
    * file. NULL and 0: one graph, build_options->graph NULL. */
   const char* const* graphs;
   size_t n_graphs;
+  /* The runtime a build lays the folder out for when the user names none ("ort-genai",
+   * "onnxruntime" or "transformers.js"): the task's. NULL: "ort-genai", as before the field. */
+  const char* default_runtime;
 } mobius_architecture;
 #define MOBIUS_ARCHITECTURE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_architecture, build)
 
