@@ -22,47 +22,34 @@ const std::string kGenaiOnlyDecoders = "it runs text-generation decoders only";
 }  // namespace
 
 const std::vector<TaskRow>& task_table() {
-  static const std::vector<TaskRow> rows = [] {
+  using Strings = std::vector<std::string>;
+  using Reasons = std::vector<std::pair<std::string, std::string>>;
+  auto row = [](std::string name, std::string what, Strings runtimes, Reasons why_not, Strings inputs,
+                Strings outputs) {
+    TaskRow r;
+    r.name = std::move(name);
+    r.what = std::move(what);
+    r.runtimes = std::move(runtimes);
+    r.why_not = std::move(why_not);
+    r.inputs = std::move(inputs);
+    r.outputs = std::move(outputs);
+    return r;
+  };
+  static const std::vector<TaskRow> rows = [&] {
+    const Reasons diffusion = {{"ort-genai", kGenaiOnlyDecoders}, {"transformers.js", "it has no diffusion models"}};
     std::vector<TaskRow> t;
-    {
-      TaskRow r;
-      r.name = "text-generation";
-      r.what = "a text decoder";
-      r.runtimes = {"ort-genai", "onnxruntime", "transformers.js"};
-      r.outputs = {"logits"};
-      r.runtime_files = &text_generation_files;
-      r.needs_tokenizer = true;
-      t.push_back(r);
-    }
-    {
-      TaskRow r;
-      r.name = "text-encoding";
-      r.what = "a text encoder";
-      r.runtimes = {"onnxruntime"};
-      r.why_not = {{"ort-genai", kGenaiOnlyDecoders},
-                   {"transformers.js", "mobius lays transformers.js folders out for text generation only so far"}};
-      r.inputs = {"input_ids"};
-      r.outputs = {"last_hidden_state", "pooler_output"};
-      t.push_back(r);
-    }
-    {
-      TaskRow r;
-      r.name = "image-unet";
-      r.what = "a diffusion UNet";
-      r.runtimes = {"onnxruntime"};
-      r.why_not = {{"ort-genai", kGenaiOnlyDecoders}, {"transformers.js", "it has no diffusion models"}};
-      r.inputs = {"sample", "timestep", "encoder_hidden_states"};
-      r.outputs = {"out_sample"};
-      t.push_back(r);
-    }
-    {
-      TaskRow r;
-      r.name = "image-vae";
-      r.what = "a Stable Diffusion VAE";
-      r.runtimes = {"onnxruntime"};
-      r.why_not = {{"ort-genai", kGenaiOnlyDecoders}, {"transformers.js", "it has no diffusion models"}};
-      t.push_back(r);
-    }
+    TaskRow gen = row("text-generation", "a text decoder", {"ort-genai", "onnxruntime", "transformers.js"}, {}, {},
+                      {"logits"});
+    gen.runtime_files = &text_generation_files;
+    gen.needs_tokenizer = true;
+    t.push_back(std::move(gen));
+    t.push_back(row("text-encoding", "a text encoder", {"onnxruntime"},
+                    {{"ort-genai", kGenaiOnlyDecoders},
+                     {"transformers.js", "mobius lays transformers.js folders out for text generation only so far"}},
+                    {"input_ids"}, {"last_hidden_state", "pooler_output"}));
+    t.push_back(row("image-unet", "a diffusion UNet", {"onnxruntime"}, diffusion,
+                    {"sample", "timestep", "encoder_hidden_states"}, {"out_sample"}));
+    t.push_back(row("image-vae", "a Stable Diffusion VAE", {"onnxruntime"}, diffusion, {}, {}));
     return t;
   }();
   return rows;
