@@ -88,7 +88,7 @@ TEST_CASE("plugins: one good and four broken plugins; the good one loads") {
   CHECK(good->vendor == "mobius tests");
   CHECK(good->registered == std::vector<std::string>{"toy"});
   CHECK(reg.contains("toy"));
-  CHECK(reg.get("toy").task == "feature-extraction");
+  CHECK(reg.get("toy").task == "toy-projection");
   CHECK(reg.size() == 1);
 
   struct Expect {
@@ -238,7 +238,7 @@ TEST_CASE("plugins: the CLI lists good and broken plugins, exit code 0") {
   r = run(quote(cli) + " list --plugin-path " + quote(plugin_dir().string()));
   CHECK(r.status == 0);
   CHECK(r.output.find("toy") != std::string::npos);
-  CHECK(r.output.find("feature-extraction") != std::string::npos);
+  CHECK(r.output.find("toy-projection") != std::string::npos);
 
   r = run(quote(cli) + " list --json --plugin-path " + quote(plugin_dir().string()), false);
   CHECK(r.status == 0);

@@ -47,6 +47,8 @@ const std::vector<TaskRow>& task_table() {
                     {{"ort-genai", kGenaiOnlyDecoders},
                      {"transformers.js", "mobius lays transformers.js folders out for text generation only so far"}},
                     {"input_ids"}, {"last_hidden_state", "pooler_output"}));
+    t.push_back(row("feature-extraction", "a text encoder", {"transformers.js", "onnxruntime"},
+                    {{"ort-genai", kGenaiOnlyDecoders}}, {"input_ids", "attention_mask"}, {"last_hidden_state"}));
     t.push_back(row("image-unet", "a diffusion UNet", {"onnxruntime"}, diffusion,
                     {"sample", "timestep", "encoder_hidden_states"}, {"out_sample"}));
     t.push_back(row("image-vae", "a Stable Diffusion VAE", {"onnxruntime"}, diffusion, {}, {}));

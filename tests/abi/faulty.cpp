@@ -47,7 +47,7 @@ void build(mobius::BuildContext& ctx, const json& cfg) {
 }
 
 void register_all(mobius::PluginRegistrar& r) {
-  r.add("abi_faulty", "feature-extraction", parse, build);
+  r.add("abi_faulty", "toy-projection", parse, build);
 }
 
 }  // namespace

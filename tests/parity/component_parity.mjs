@@ -19,6 +19,11 @@
 // --atol/--rtol where they are larger (reduced-precision builds). A model output without a
 // reference is listed and not compared; at least one output must be compared.
 //
+// Format-v2 cases of a task (tests/golden-encoders, `--graph encode`): the reference holds
+// `encode.attention_mask` (1 = a real token); per-token outputs ([batch, seq, ...] with the mask's
+// batch and seq) are compared only at real tokens, and a token_type_ids input the reference lacks
+// is fed zeros, as transformers does.
+//
 // Exit status: 0 every compared output passed; 1 an output failed, or the model did not load or
 // run, or nothing could be compared; 2 a usage or I/O error, or a model input with no reference.
 // The last line is "component parity: N passed, M failed" (counting outputs).
@@ -141,7 +146,9 @@ function referenceName(name, c) {
   return null;
 }
 
-function compare(name, refName, got, expected, atol, rtol) {
+// `mask` (the reference attention_mask, [batch, seq]): per-token positions where it is 0 are
+// skipped.
+function compare(name, refName, got, expected, atol, rtol, mask) {
   const r = { output: name, reference: refName, pass: false, compared: 0, bad: 0, maxAbs: 0, worst: 0, where: null };
   const shape = expected.shape;
   if (got.dims.length !== shape.length || got.dims.some((d, i) => d !== shape[i])) {
@@ -149,8 +156,11 @@ function compare(name, refName, got, expected, atol, rtol) {
     return r;
   }
   const g = asFloat(got), e = expected.data;
+  const perToken = mask && shape.length >= 3 && shape[0] === mask.shape[0] && shape[1] === mask.shape[1];
+  const inner = perToken ? shape.slice(2).reduce((a, b) => a * b, 1) : 1;
   let worstAt = -1, worstRatio = -1;
   for (let i = 0; i < e.length; ++i) {
+    if (perToken && Number(mask.data[Math.floor(i / inner)]) === 0) continue;
     const x = Number(g[i]), y = Number(e[i]);
     const d = Math.abs(x - y);
     const tol = atol + rtol * Math.abs(y);
@@ -188,7 +198,9 @@ async function run(args, ort) {
   }
   const feeds = {};
   for (const meta of session.inputMetadata) {
-    const t = c.tensors[meta.name];
+    let t = c.tensors[meta.name];
+    if (!t && meta.name === 'token_type_ids' && c.tensors.input_ids)
+      t = { shape: c.tensors.input_ids.shape, data: new BigInt64Array(c.tensors.input_ids.data.length) };
     if (!t) die(`model input '${meta.name}' has no reference tensor '${args.graph}.${meta.name}' in ${args.caseDir}`);
     try {
       feeds[meta.name] = feedFor(ort, meta, t);
@@ -210,7 +222,7 @@ async function run(args, ort) {
       report.uncompared.push(name);
       continue;
     }
-    report.results.push(compare(name, refName, out[name], c.tensors[refName], atol, rtol));
+    report.results.push(compare(name, refName, out[name], c.tensors[refName], atol, rtol, c.tensors.attention_mask));
   }
   if (!report.results.length)
     failAll(`no output of the model (${session.outputNames.join(', ')}) has a reference tensor '${args.graph}.<name>'`);

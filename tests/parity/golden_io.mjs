@@ -30,6 +30,8 @@ export function modelFile(p, fail) {
   if (!fs.existsSync(p)) fail(`no model at ${p}`);
   if (!fs.statSync(p).isDirectory()) return p;
   if (fs.existsSync(path.join(p, 'model.onnx'))) return path.join(p, 'model.onnx');
+  // transformers.js's layout: the graph in onnx/.
+  if (fs.existsSync(path.join(p, 'onnx')) && fs.statSync(path.join(p, 'onnx')).isDirectory()) p = path.join(p, 'onnx');
   const onnx = fs.readdirSync(p).filter((f) => f.endsWith('.onnx'));
   if (onnx.length !== 1) fail(`${p}: expected model.onnx or exactly one *.onnx file, found ${onnx.length}`);
   return path.join(p, onnx[0]);

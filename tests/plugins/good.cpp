@@ -27,7 +27,7 @@ void build(mobius::BuildContext& ctx, const nlohmann::json& cfg) {
   g.output(y, "y");
 }
 
-void register_all(mobius::PluginRegistrar& r) { r.add("toy", "feature-extraction", parse, build); }
+void register_all(mobius::PluginRegistrar& r) { r.add("toy", "toy-projection", parse, build); }
 
 }  // namespace
 

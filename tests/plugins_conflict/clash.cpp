@@ -4,12 +4,12 @@
 namespace {
 void register_all(mobius::PluginRegistrar& r) {
   r.add(
-      "toy", "feature-extraction", [](const nlohmann::json& c) { return c; },
+      "toy", "toy-projection", [](const nlohmann::json& c) { return c; },
       [](mobius::BuildContext&, const nlohmann::json&) {
         throw mobius::Error("[clash] never built in the tests");
       });
   r.add(
-      "clash_only", "feature-extraction", [](const nlohmann::json& c) { return c; },
+      "clash_only", "toy-projection", [](const nlohmann::json& c) { return c; },
       [](mobius::BuildContext&, const nlohmann::json&) {
         throw mobius::Error("[clash] never built in the tests");
       });

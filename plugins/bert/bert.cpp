@@ -1,0 +1,230 @@
+// bert.cpp - the bert plugin: transformers' BertModel, task "feature-extraction".
+//
+// Semantics follow transformers' models/bert/modeling_bert.py (BertEmbeddings, BertSelfAttention's
+// eager path, BertSelfOutput, BertIntermediate, BertOutput, BertPooler) and configuration_bert.py:
+//   h = LayerNorm(word(input_ids) + position(0 .. seq-1) + token_type(token_type_ids))
+//   every layer: a = LayerNorm(h + dense(attention(h)))      bidirectional, padding masked
+//                h = LayerNorm(a + dense(act(intermediate(a))))
+//   last_hidden_state = h;  pooler_output = tanh(pooler.dense(h[:, 0]))
+// The padding mask adds finfo(float32).min to the scores of keys whose attention_mask is 0, as
+// transformers' bidirectional mask does for eager attention. Weights are read under the
+// checkpoint's own prefix: none for BertModel, "bert." for the checkpoints of its heads.
+//
+// Numerics: layer norms and the attention softmax in float32, as the SDK's other encoders; with
+// float16 weights the activation function also runs in float32 and is rounded once.
+#include <cfloat>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mobius/sdk/config.hpp"
+#include "mobius/sdk/layers.hpp"
+#include "mobius/sdk/plugin.hpp"
+
+namespace {
+
+using mobius::BuildContext;
+using mobius::ConfigReader;
+using mobius::Dim;
+using mobius::DType;
+using mobius::Graph;
+using mobius::ScopeGuard;
+using mobius::TensorType;
+using mobius::Value;
+using nlohmann::json;
+namespace op = mobius::op;
+namespace nn = mobius::nn;
+
+constexpr const char* kModelType = "bert";
+constexpr const char* kTask = "feature-extraction";
+
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BertConfig, vocab_size, hidden_size, num_hidden_layers,
+                                                num_attention_heads, intermediate_size, hidden_act,
+                                                max_position_embeddings, type_vocab_size, layer_norm_eps)
+
+json parse(const json& raw) {
+  if (!raw.is_object()) throw mobius::Error("[config] config.json must be a JSON object");
+  ConfigReader r(raw, "config.json");
+  BertConfig c;
+  c.vocab_size = r.get_int("vocab_size", c.vocab_size);
+  c.hidden_size = r.get_int("hidden_size", c.hidden_size);
+  c.num_hidden_layers = r.get_int("num_hidden_layers", c.num_hidden_layers);
+  c.num_attention_heads = r.get_int("num_attention_heads", c.num_attention_heads);
+  c.intermediate_size = r.get_int("intermediate_size", c.intermediate_size);
+  c.hidden_act = r.get_string("hidden_act", c.hidden_act);
+  c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
+  c.type_vocab_size = r.get_int("type_vocab_size", c.type_vocab_size);
+  c.layer_norm_eps = r.get_double("layer_norm_eps", c.layer_norm_eps);
+  const std::string pos = r.get_string("position_embedding_type", "absolute");
+  if (pos != "absolute")
+    r.fail("position_embedding_type", "is " + mobius::quote_value(pos) +
+                                          "; BertModel's relative position schemes are not built yet (known: absolute)");
+  nn::check_activation(r, "hidden_act", c.hidden_act);
+  if (c.type_vocab_size < 0) r.fail("type_vocab_size", "must not be negative");
+  if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
+  if (c.hidden_size % c.num_attention_heads != 0)
+    r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
+                                      std::to_string(c.hidden_size) + ")");
+  // The SDK's size checks (every size against its bound, the whole model's parameter count).
+  mobius::ArchitectureConfig a;
+  a.model_type = kModelType;
+  a.vocab_size = c.vocab_size;
+  a.hidden_size = c.hidden_size;
+  a.intermediate_size = c.intermediate_size;
+  a.num_hidden_layers = c.num_hidden_layers;
+  a.num_attention_heads = a.num_key_value_heads = c.num_attention_heads;
+  a.head_dim = c.hidden_size / c.num_attention_heads;
+  a.max_position_embeddings = c.max_position_embeddings;
+  a.rms_norm_eps = c.layer_norm_eps;
+  a.hidden_act = c.hidden_act;
+  a.validate();
+  return json(c);
+}
+
+// ACT2FN[name](x), in float32 for a float16 x (rounded once, after).
+Value activate(const std::string& name, Value x) {
+  Value xf = x.dtype() == DType::Float16 ? op::Cast(x, DType::Float) : x;
+  return op::Cast(nn::activation(name, xf), x.dtype());
+}
+
+// BertSelfAttention (eager) and BertSelfOutput: LayerNorm(x + dense(softmax(q k^T / sqrt(d) +
+// mask) v)), q/k/v biased and packed into one MatMul.
+class BertAttention : public nn::Module {
+ public:
+  explicit BertAttention(const BertConfig& c)
+      : heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
+    query = &add<nn::Linear>("self.query", c.hidden_size, c.hidden_size, true);
+    key = &add<nn::Linear>("self.key", c.hidden_size, c.hidden_size, true);
+    value = &add<nn::Linear>("self.value", c.hidden_size, c.hidden_size, true);
+    dense = &add<nn::Linear>("output.dense", c.hidden_size, c.hidden_size, true);
+    norm = &add<nn::LayerNorm>("output.LayerNorm", c.hidden_size, c.layer_norm_eps);
+  }
+  Value forward(Graph& g, Value x, Value mask_bias) const {
+    ScopeGuard s(g, path());
+    auto qkv = nn::packed_linears(g, x, {query, key, value}, full_name("self.qkv"));
+    Value q = op::Transpose(op::Reshape(qkv[0], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
+    Value k = op::Transpose(op::Reshape(qkv[1], {0, 0, heads, head_dim}), {0, 2, 3, 1});  // [b, h, d, s]
+    Value v = op::Transpose(op::Reshape(qkv[2], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    Value scores = op::Cast(op::MatMul(q, k), DType::Float);
+    scores = op::Add(op::Mul(scores, op::Scalar(g, DType::Float, scale)), mask_bias);
+    Value probs = op::Cast(op::Softmax(scores, -1), x.dtype());
+    Value o = op::MatMul(probs, v);
+    o = op::Reshape(op::Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});  // [b, s, hidden]
+    return norm->forward(g, op::Add(dense->forward(g, o), x));
+  }
+  int64_t heads, head_dim;
+  const nn::Linear *query, *key, *value, *dense;
+  const nn::LayerNorm* norm;
+};
+
+class BertLayer : public nn::Module {
+ public:
+  explicit BertLayer(const BertConfig& c) : act(c.hidden_act) {
+    attention = &add<BertAttention>("attention", c);
+    intermediate = &add<nn::Linear>("intermediate.dense", c.hidden_size, c.intermediate_size, true);
+    output = &add<nn::Linear>("output.dense", c.intermediate_size, c.hidden_size, true);
+    norm = &add<nn::LayerNorm>("output.LayerNorm", c.hidden_size, c.layer_norm_eps);
+  }
+  Value forward(Graph& g, Value h, Value mask_bias) const {
+    ScopeGuard s(g, path());
+    Value a = attention->forward(g, h, mask_bias);
+    Value y = output->forward(g, activate(act, intermediate->forward(g, a)));
+    return norm->forward(g, op::Add(y, a));
+  }
+  std::string act;
+  const BertAttention* attention;
+  const nn::Linear *intermediate, *output;
+  const nn::LayerNorm* norm;
+};
+
+struct BertOutputs {
+  Value last_hidden_state, pooler_output;
+};
+
+// BertModel, its tensors under `prefix` ("" or "bert.").
+class BertModel : public nn::Module {
+ public:
+  BertModel(const BertConfig& c, const std::string& prefix) : cfg(c) {
+    word = &add<nn::Embedding>(prefix + "embeddings.word_embeddings", c.vocab_size, c.hidden_size);
+    position = &add<nn::Embedding>(prefix + "embeddings.position_embeddings", c.max_position_embeddings, c.hidden_size);
+    if (c.type_vocab_size > 0)
+      token_type = &add<nn::Embedding>(prefix + "embeddings.token_type_embeddings", c.type_vocab_size, c.hidden_size);
+    embed_norm = &add<nn::LayerNorm>(prefix + "embeddings.LayerNorm", c.hidden_size, c.layer_norm_eps);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      layers.push_back(&add<BertLayer>(prefix + "encoder.layer." + std::to_string(i), c));
+    pooler = &add<nn::Linear>(prefix + "pooler.dense", c.hidden_size, c.hidden_size, true);
+  }
+
+  BertOutputs forward(Graph& g, Value input_ids, Value attention_mask, Value token_type_ids, DType act) const {
+    Value seq = op::DimOf(input_ids, 1);  // int64 [1]
+    Value h;
+    {
+      ScopeGuard s(g, "embeddings");
+      h = word->forward(g, input_ids, act);  // [b, s, hidden]
+      // position_ids = arange(seq): the table's first seq rows.
+      Value rows = op::Slice(position->param(g, "weight"), op::Ints(g, {0}), seq, {0});
+      h = op::Add(h, op::Cast(rows, act));
+      if (token_type) h = op::Add(h, token_type->forward(g, token_type_ids, act));
+      h = embed_norm->forward(g, h);
+    }
+    Value mask_bias;
+    {
+      // Keys whose attention_mask is 0 get finfo(float32).min added to their scores.
+      ScopeGuard s(g, "padding_mask");
+      Value masked = op::Equal(attention_mask, op::Int(g, 0));                  // [b, s]
+      Value bias = op::Where(masked, op::Scalar(g, DType::Float, -FLT_MAX), op::Scalar(g, DType::Float, 0.0));
+      mask_bias = op::Unsqueeze(bias, {1, 2});                                   // [b, 1, 1, s]
+    }
+    for (const BertLayer* l : layers) h = l->forward(g, h, mask_bias);
+    BertOutputs out;
+    out.last_hidden_state = h;
+    ScopeGuard s(g, "pooler");
+    Value first = op::Squeeze(op::Slice(h, op::Ints(g, {0}), op::Ints(g, {1}), {1}), {1});  // [b, hidden]
+    Value p = pooler->forward(g, first);
+    Value pf = op::Cast(p, DType::Float);
+    out.pooler_output = op::Cast(op::Tanh(pf), act);
+    return out;
+  }
+
+  BertConfig cfg;
+  const nn::Embedding *word, *position, *token_type = nullptr;
+  const nn::LayerNorm* embed_norm;
+  std::vector<const BertLayer*> layers;
+  const nn::Linear* pooler;
+};
+
+void build(BuildContext& ctx, const json& j) {
+  const BertConfig cfg = j.get<BertConfig>();
+  const std::string prefix = ctx.query_tensor("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  // A buffer BertEmbeddings may save (arange of the positions, and the zero token types).
+  ctx.ignore_tensors(prefix + "embeddings.position_ids");
+  ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
+  BertModel model(cfg, prefix);
+  Graph& g = ctx.graph();
+  const DType act = nn::activation_dtype(ctx);
+  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
+  Value ids = g.input("input_ids", ids_t);
+  Value mask = g.input("attention_mask", ids_t);
+  Value types = cfg.type_vocab_size > 0 ? g.input("token_type_ids", ids_t) : Value();
+  BertOutputs out = model.forward(g, ids, mask, types, act);
+  g.output(out.last_hidden_state, "last_hidden_state");
+  g.output(out.pooler_output, "pooler_output");
+}
+
+void register_all(mobius::PluginRegistrar& r) { r.add(kModelType, kTask, parse, build); }
+
+}  // namespace
+
+MOBIUS_PLUGIN("bert", "0.1.0", "mobius", register_all)
