@@ -1,0 +1,84 @@
+// tjs_encoder.mjs - transformers.js loads an encoder folder mobius laid out for it, with the
+// Auto class of its task, and computes the golden case's outputs from the case's own inputs.
+//
+//   node tests/runtime/tjs_encoder.mjs OUT_DIR CASE_DIR [ATOL RTOL]
+//
+// AutoModel.from_pretrained(OUT_DIR) (local files only, the dtype the folder's
+// transformers.js_config names) is called on encode.input_ids, encode.attention_mask and, when the
+// reference has them, encode.token_type_ids; every output case.json lists is compared with
+// encode.<output> (per-token outputs at real tokens only): |tjs - expected| <= atol + rtol*|expected|.
+// Exit status: 0 every output agrees; 1 it does not, or the model did not load or run; 2 usage;
+// 77 (skipped) when @huggingface/transformers is not installed.
+import fs from 'fs';
+import path from 'path';
+import { pathToFileURL, fileURLToPath } from 'url';
+import { halfToFloat, nodeModulesDirs, readSafetensors } from '../parity/golden_io.mjs';
+
+const [out, caseDir, atolArg, rtolArg] = process.argv.slice(2);
+if (!out || !caseDir) {
+  process.stderr.write('usage: tjs_encoder.mjs OUT_DIR CASE_DIR [ATOL RTOL]\n');
+  process.exit(2);
+}
+const fail = (m) => { process.stdout.write(`tjs_encoder: FAIL: ${m}\n`); process.exit(1); };
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+let tjs = null;
+for (const dir of nodeModulesDirs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(), path.join(here, '..', '..')])) {
+  const pkgFile = path.join(dir, '@huggingface', 'transformers', 'package.json');
+  if (!fs.existsSync(pkgFile)) continue;
+  const pkg = JSON.parse(fs.readFileSync(pkgFile, 'utf8'));
+  const entry = pkg.exports?.node?.import?.default ?? './dist/transformers.node.mjs';
+  tjs = await import(pathToFileURL(path.join(dir, '@huggingface', 'transformers', entry)).href);
+  break;
+}
+if (!tjs) {
+  process.stdout.write('tjs_encoder: SKIP: @huggingface/transformers is not installed\n');
+  process.exit(77);
+}
+
+const spec = JSON.parse(fs.readFileSync(path.join(caseDir, 'case.json'), 'utf8'));
+const ref = readSafetensors(path.join(caseDir, 'reference.safetensors'), (m) => fail(m));
+const atol = Number(atolArg ?? spec.atol), rtol = Number(rtolArg ?? spec.rtol);
+
+tjs.env.allowRemoteModels = false;
+tjs.env.allowLocalModels = true;
+tjs.env.localModelPath = path.dirname(path.resolve(out));
+const cfg = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
+let model;
+try {
+  model = await tjs.AutoModel.from_pretrained(path.basename(path.resolve(out)), {
+    local_files_only: true, dtype: cfg['transformers.js_config']?.dtype,
+  });
+} catch (e) {
+  fail(`AutoModel.from_pretrained: ${e.message}`);
+}
+const tensor = (t) => new tjs.Tensor('int64', BigInt64Array.from(t.data, (v) => BigInt(v)), t.shape);
+const feeds = { input_ids: tensor(ref['encode.input_ids']), attention_mask: tensor(ref['encode.attention_mask']) };
+if (ref['encode.token_type_ids']) feeds.token_type_ids = tensor(ref['encode.token_type_ids']);
+let result;
+try {
+  result = await model(feeds);
+} catch (e) {
+  fail(`the model did not run: ${e.message}`);
+}
+const mask = ref['encode.attention_mask'];
+let failed = 0;
+for (const name of spec.outputs) {
+  const got = result[name], want = ref[`encode.${name}`];
+  if (!got) fail(`transformers.js gave no '${name}' (it gave ${Object.keys(result).join(', ')})`);
+  const g = got.type === 'float16' ? Float32Array.from(got.data, (h) => (typeof h === 'number' && got.data instanceof Uint16Array ? halfToFloat(h) : Number(h))) : got.data;
+  const perToken = want.shape.length >= 3;
+  const inner = perToken ? want.shape.slice(2).reduce((a, b) => a * b, 1) : 1;
+  let bad = 0, worst = 0, compared = 0;
+  for (let i = 0; i < want.data.length; ++i) {
+    if (perToken && Number(mask.data[Math.floor(i / inner)]) === 0) continue;
+    const d = Math.abs(Number(g[i]) - want.data[i]);
+    compared++;
+    worst = Math.max(worst, d);
+    if (!(d <= atol + rtol * Math.abs(want.data[i]))) bad++;
+  }
+  process.stdout.write(`${name}: ${bad ? 'FAIL' : 'PASS'}: max |diff| ${worst.toExponential(3)} over ${compared} values\n`);
+  if (bad || !compared) failed++;
+}
+process.stdout.write(`tjs_encoder: ${spec.outputs.length - failed} passed, ${failed} failed\n`);
+process.exit(failed ? 1 : 0);
