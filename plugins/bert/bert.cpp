@@ -1,4 +1,6 @@
-// bert.cpp - the bert plugin: transformers' BertModel, task "feature-extraction".
+// bert.cpp - the bert plugin: transformers' BertModel and the families that share its layers
+// (RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText: one row each of kFamilies), task
+// "feature-extraction".
 //
 // Semantics follow transformers' models/bert/modeling_bert.py (BertEmbeddings, BertSelfAttention's
 // eager path, BertSelfOutput, BertIntermediate, BertOutput, BertPooler) and configuration_bert.py:
@@ -6,6 +8,9 @@
 //   every layer: a = LayerNorm(h + dense(attention(h)))      bidirectional, padding masked
 //                h = LayerNorm(a + dense(act(intermediate(a))))
 //   last_hidden_state = h;  pooler_output = tanh(pooler.dense(h[:, 0]))
+// RoBERTa's rows number positions from the padding index (create_position_ids_from_input_ids):
+//   position = cumsum(input_ids != pad) * (input_ids != pad) + pad
+// so padding tokens sit at `pad` and the first real token at pad + 1.
 // The padding mask adds finfo(float32).min to the scores of keys whose attention_mask is 0, as
 // transformers' bidirectional mask does for eager attention. Weights are read under the
 // checkpoint's own prefix: none for BertModel, "bert." for the checkpoints of its heads.
@@ -35,10 +40,31 @@ using nlohmann::json;
 namespace op = mobius::op;
 namespace nn = mobius::nn;
 
-constexpr const char* kModelType = "bert";
 constexpr const char* kTask = "feature-extraction";
 
+// A family: its model type, the prefix of its tensors in the checkpoints of its heads, and how
+// it numbers positions.
+struct Family {
+  const char* model_type;
+  const char* head_prefix;
+  bool positions_from_padding;  // RoBERTa's create_position_ids_from_input_ids
+};
+constexpr Family kFamilies[] = {
+    {"bert", "bert.", false},
+    {"roberta", "roberta.", true},
+    {"xlm-roberta", "roberta.", true},
+    {"camembert", "roberta.", true},
+    {"data2vec-text", "data2vec_text.", true},
+};
+
+const Family& family_of(const std::string& model_type) {
+  for (const Family& f : kFamilies)
+    if (model_type == f.model_type) return f;
+  throw mobius::Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] bert: no family row for '" + model_type + "'");
+}
+
 struct BertConfig {
+  std::string model_type = "bert";
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -48,15 +74,19 @@ struct BertConfig {
   int64_t max_position_embeddings = 512;
   int64_t type_vocab_size = 2;
   double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;  // RoBERTa's padding index, where its positions start
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BertConfig, vocab_size, hidden_size, num_hidden_layers,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BertConfig, model_type, pad_token_id, vocab_size, hidden_size, num_hidden_layers,
                                                 num_attention_heads, intermediate_size, hidden_act,
                                                 max_position_embeddings, type_vocab_size, layer_norm_eps)
 
-json parse(const json& raw) {
+json parse(const std::string& model_type, const json& raw) {
   if (!raw.is_object()) throw mobius::Error("[config] config.json must be a JSON object");
   ConfigReader r(raw, "config.json");
+  const Family& fam = family_of(model_type);
   BertConfig c;
+  c.model_type = model_type;
+  c.pad_token_id = r.get_int("pad_token_id", fam.positions_from_padding ? 1 : 0);
   c.vocab_size = r.get_int("vocab_size", c.vocab_size);
   c.hidden_size = r.get_int("hidden_size", c.hidden_size);
   c.num_hidden_layers = r.get_int("num_hidden_layers", c.num_hidden_layers);
@@ -73,12 +103,16 @@ json parse(const json& raw) {
   nn::check_activation(r, "hidden_act", c.hidden_act);
   if (c.type_vocab_size < 0) r.fail("type_vocab_size", "must not be negative");
   if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
+  if (fam.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id + 1 >= c.max_position_embeddings))
+    r.fail("pad_token_id", "(" + std::to_string(c.pad_token_id) + ") leaves no position in the " +
+                               std::to_string(c.max_position_embeddings) +
+                               " of 'max_position_embeddings': " + model_type + " numbers positions from it");
   if (c.hidden_size % c.num_attention_heads != 0)
     r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
                                       std::to_string(c.hidden_size) + ")");
   // The SDK's size checks (every size against its bound, the whole model's parameter count).
   mobius::ArchitectureConfig a;
-  a.model_type = kModelType;
+  a.model_type = model_type;
   a.vocab_size = c.vocab_size;
   a.hidden_size = c.hidden_size;
   a.intermediate_size = c.intermediate_size;
@@ -167,15 +201,22 @@ class BertModel : public nn::Module {
     pooler = &add<nn::Linear>(prefix + "pooler.dense", c.hidden_size, c.hidden_size, true);
   }
 
-  BertOutputs forward(Graph& g, Value input_ids, Value attention_mask, Value token_type_ids, DType act) const {
+  BertOutputs forward(Graph& g, Value input_ids, Value attention_mask, Value token_type_ids, DType act,
+                      bool positions_from_padding) const {
     Value seq = op::DimOf(input_ids, 1);  // int64 [1]
     Value h;
     {
       ScopeGuard s(g, "embeddings");
       h = word->forward(g, input_ids, act);  // [b, s, hidden]
-      // position_ids = arange(seq): the table's first seq rows.
-      Value rows = op::Slice(position->param(g, "weight"), op::Ints(g, {0}), seq, {0});
-      h = op::Add(h, op::Cast(rows, act));
+      if (positions_from_padding) {
+        Value real = op::Cast(op::Not(op::Equal(input_ids, op::Int(g, cfg.pad_token_id))), DType::Int64);
+        Value pos = op::Add(op::Mul(op::CumSum(real, 1), real), op::Int(g, cfg.pad_token_id));
+        h = op::Add(h, position->forward(g, pos, act));
+      } else {
+        // position_ids = arange(seq): the table's first seq rows.
+        Value rows = op::Slice(position->param(g, "weight"), op::Ints(g, {0}), seq, {0});
+        h = op::Add(h, op::Cast(rows, act));
+      }
       if (token_type) h = op::Add(h, token_type->forward(g, token_type_ids, act));
       h = embed_norm->forward(g, h);
     }
@@ -207,7 +248,9 @@ class BertModel : public nn::Module {
 
 void build(BuildContext& ctx, const json& j) {
   const BertConfig cfg = j.get<BertConfig>();
-  const std::string prefix = ctx.query_tensor("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  const Family& fam = family_of(cfg.model_type);
+  const std::string head = fam.head_prefix;
+  const std::string prefix = ctx.query_tensor(head + "embeddings.word_embeddings.weight") ? head : "";
   // A buffer BertEmbeddings may save (arange of the positions, and the zero token types).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
   ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
@@ -218,12 +261,16 @@ void build(BuildContext& ctx, const json& j) {
   Value ids = g.input("input_ids", ids_t);
   Value mask = g.input("attention_mask", ids_t);
   Value types = cfg.type_vocab_size > 0 ? g.input("token_type_ids", ids_t) : Value();
-  BertOutputs out = model.forward(g, ids, mask, types, act);
+  BertOutputs out = model.forward(g, ids, mask, types, act, fam.positions_from_padding);
   g.output(out.last_hidden_state, "last_hidden_state");
   g.output(out.pooler_output, "pooler_output");
 }
 
-void register_all(mobius::PluginRegistrar& r) { r.add(kModelType, kTask, parse, build); }
+void register_all(mobius::PluginRegistrar& r) {
+  std::vector<std::string> types;
+  for (const Family& f : kFamilies) types.push_back(f.model_type);
+  r.add_each(types, kTask, parse, build);
+}
 
 }  // namespace
 

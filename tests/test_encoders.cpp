@@ -1,0 +1,108 @@
+// test_encoders.cpp - the bert plugin's families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
+// Data2VecText) beyond their golden parity (tests/parity, tests/golden-encoders): configs that
+// cannot be built are refused naming the key and writing nothing; a head's checkpoint (tensors
+// under "bert." / "roberta.") builds the base model; full-size configs build without weights;
+// GenAI refuses an encoder with the reason.
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "golden_util.hpp"
+
+using namespace mobius;
+using namespace mobius::test;
+
+namespace {
+
+fs::path encoder_case(const std::string& c) {
+  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-encoders" / c;
+}
+
+}  // namespace
+
+TEST_CASE("encoders: configs that cannot be built are refused naming the key; nothing is written") {
+  struct Bad {
+    const char* what;
+    const char* model_case;
+    std::function<void(nlohmann::json&)> edit;
+    const char* reason;
+  };
+  const std::vector<Bad> cases = {
+      {"relative positions", "bert-base", [](auto& c) { c["position_embedding_type"] = "relative_key"; },
+       "'position_embedding_type' is 'relative_key'"},
+      {"unknown activation", "bert-base", [](auto& c) { c["hidden_act"] = "swoosh"; }, "'hidden_act' has unknown activation 'swoosh'"},
+      {"heads do not divide", "bert-base", [](auto& c) { c["num_attention_heads"] = 5; }, "'num_attention_heads' (5) must divide 'hidden_size' (64)"},
+      {"padding index past the table", "roberta-base", [](auto& c) { c["pad_token_id"] = 96; },
+       "'pad_token_id' (96) leaves no position in the 96 of 'max_position_embeddings'"},
+      {"absurd size", "bert-base", [](auto& c) { c["hidden_size"] = int64_t{1} << 40; }, "'hidden_size'"},
+  };
+  for (const Bad& b : cases) {
+    CAPTURE(b.what);
+    TempDir t;
+    copy_checkpoint(encoder_case(b.model_case), t / "ckpt", b.edit);
+    RunResult r = build_cli(t / "ckpt", t / "out");
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.output.find(b.reason) != std::string::npos);
+    CHECK(r.output.find("config.json") != std::string::npos);
+    CHECK_FALSE(fs::exists(t / "out"));
+  }
+}
+
+TEST_CASE("encoders: a head's checkpoint (tensors under the family's prefix) builds the base model") {
+  TempDir t;
+  copy_checkpoint(encoder_case("roberta-base"), t / "ckpt", {}, [](StTensor& s) {
+    s.name = "roberta." + s.name;
+    return true;
+  });
+  RunResult a = build_cli(encoder_case("roberta-base"), t / "base", "--runtime onnxruntime");
+  RunResult b = build_cli(t / "ckpt", t / "head", "--runtime onnxruntime");
+  INFO(a.output);
+  INFO(b.output);
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  CHECK(read_text(t / "base" / "model.onnx.data") == read_text(t / "head" / "model.onnx.data"));
+}
+
+TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is the transformers.js layout") {
+  TempDir t;
+  RunResult g = build_cli(encoder_case("bert-base"), t / "genai", "--runtime ort-genai");
+  INFO(g.output);
+  CHECK(g.status != 0);
+  CHECK(g.output.find("bert is a text encoder (task feature-extraction), which ONNX Runtime GenAI does not run") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(t / "genai"));
+  RunResult d = build_cli(encoder_case("bert-base"), t / "default");
+  INFO(d.output);
+  REQUIRE(d.status == 0);
+  CHECK(fs::exists(t / "default" / "onnx" / "model.onnx"));
+  CHECK(nlohmann::json::parse(read_text(t / "default" / "config.json"))["transformers.js_config"]["dtype"] == "fp32");
+}
+
+TEST_CASE("encoders: full-size configs build without weights, each in well under a second") {
+  // bert-base-uncased, all-MiniLM-L6-v2 (a BertModel), xlm-roberta-large.
+  const std::vector<std::pair<std::string, nlohmann::json>> configs = {
+      {"bert-base-uncased", {{"model_type", "bert"}, {"architectures", {"BertForMaskedLM"}}, {"hidden_size", 768},
+                             {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"intermediate_size", 3072},
+                             {"max_position_embeddings", 512}, {"type_vocab_size", 2}, {"vocab_size", 30522}}},
+      {"all-MiniLM-L6-v2", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 384},
+                            {"num_hidden_layers", 6}, {"num_attention_heads", 12}, {"intermediate_size", 1536},
+                            {"max_position_embeddings", 512}, {"type_vocab_size", 2}, {"vocab_size", 30522}}},
+      {"xlm-roberta-large", {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaForMaskedLM"}},
+                             {"hidden_size", 1024}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
+                             {"intermediate_size", 4096}, {"max_position_embeddings", 514}, {"type_vocab_size", 1},
+                             {"vocab_size", 250002}, {"pad_token_id", 1}, {"layer_norm_eps", 1e-5}}},
+  };
+  for (const auto& [name, cfg] : configs) {
+    CAPTURE(name);
+    TempDir t;
+    fs::create_directories(t / "ckpt");
+    write_text(t / "ckpt" / "config.json", cfg.dump());
+    const auto t0 = std::chrono::steady_clock::now();
+    RunResult r = build_cli(t / "ckpt", t / "out", "--no-weights");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(r.output);
+    CHECK(r.status == 0);
+    MESSAGE(name << ": " << s << " s");
+  }
+}
