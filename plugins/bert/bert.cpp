@@ -110,26 +110,9 @@ json parse(const std::string& model_type, const json& raw) {
   if (c.hidden_size % c.num_attention_heads != 0)
     r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
                                       std::to_string(c.hidden_size) + ")");
-  // The SDK's size checks (every size against its bound, the whole model's parameter count).
-  mobius::ArchitectureConfig a;
-  a.model_type = model_type;
-  a.vocab_size = c.vocab_size;
-  a.hidden_size = c.hidden_size;
-  a.intermediate_size = c.intermediate_size;
-  a.num_hidden_layers = c.num_hidden_layers;
-  a.num_attention_heads = a.num_key_value_heads = c.num_attention_heads;
-  a.head_dim = c.hidden_size / c.num_attention_heads;
-  a.max_position_embeddings = c.max_position_embeddings;
-  a.rms_norm_eps = c.layer_norm_eps;
-  a.hidden_act = c.hidden_act;
-  a.validate();
+  mobius::validate_encoder_sizes(model_type, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+                                 c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act);
   return json(c);
-}
-
-// ACT2FN[name](x), in float32 for a float16 x (rounded once, after).
-Value activate(const std::string& name, Value x) {
-  Value xf = x.dtype() == DType::Float16 ? op::Cast(x, DType::Float) : x;
-  return op::Cast(nn::activation(name, xf), x.dtype());
 }
 
 // BertSelfAttention (eager) and BertSelfOutput: LayerNorm(x + dense(softmax(q k^T / sqrt(d) +
@@ -147,15 +130,7 @@ class BertAttention : public nn::Module {
   Value forward(Graph& g, Value x, Value mask_bias) const {
     ScopeGuard s(g, path());
     auto qkv = nn::packed_linears(g, x, {query, key, value}, full_name("self.qkv"));
-    Value q = op::Transpose(op::Reshape(qkv[0], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
-    Value k = op::Transpose(op::Reshape(qkv[1], {0, 0, heads, head_dim}), {0, 2, 3, 1});  // [b, h, d, s]
-    Value v = op::Transpose(op::Reshape(qkv[2], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
-    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-    Value scores = op::Cast(op::MatMul(q, k), DType::Float);
-    scores = op::Add(op::Mul(scores, op::Scalar(g, DType::Float, scale)), mask_bias);
-    Value probs = op::Cast(op::Softmax(scores, -1), x.dtype());
-    Value o = op::MatMul(probs, v);
-    o = op::Reshape(op::Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});  // [b, s, hidden]
+    Value o = nn::encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias);
     return norm->forward(g, op::Add(dense->forward(g, o), x));
   }
   int64_t heads, head_dim;
@@ -174,7 +149,7 @@ class BertLayer : public nn::Module {
   Value forward(Graph& g, Value h, Value mask_bias) const {
     ScopeGuard s(g, path());
     Value a = attention->forward(g, h, mask_bias);
-    Value y = output->forward(g, activate(act, intermediate->forward(g, a)));
+    Value y = output->forward(g, nn::activation_f32(act, intermediate->forward(g, a)));
     return norm->forward(g, op::Add(y, a));
   }
   std::string act;

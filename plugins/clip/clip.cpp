@@ -95,20 +95,9 @@ json parse(const json& raw) {
   if (c.hidden_size % c.num_attention_heads != 0)
     r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
                                       std::to_string(c.hidden_size) + ")");
-  // The SDK's size checks (every size against its bound, the whole model's parameter count):
-  // the encoder has a decoder's shape without a KV cache.
-  mobius::ArchitectureConfig a;
-  a.model_type = kModelType;
-  a.vocab_size = c.vocab_size;
-  a.hidden_size = c.hidden_size;
-  a.intermediate_size = c.intermediate_size;
-  a.num_hidden_layers = c.num_hidden_layers;
-  a.num_attention_heads = a.num_key_value_heads = c.num_attention_heads;
-  a.head_dim = c.hidden_size / c.num_attention_heads;
-  a.max_position_embeddings = c.max_position_embeddings;
-  a.rms_norm_eps = c.layer_norm_eps;
-  a.hidden_act = c.hidden_act;
-  a.validate();
+  // The SDK's size checks: the encoder has a decoder's shape without a KV cache.
+  mobius::validate_encoder_sizes(kModelType, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+                                 c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act);
   return json(c);
 }
 
@@ -134,29 +123,12 @@ class ClipAttention : public nn::Module {
   Value forward(Graph& g, Value x, Value causal_bias) const {
     ScopeGuard s(g, path());
     auto qkv = nn::packed_linears(g, x, {q_proj, k_proj, v_proj}, full_name("qkv_proj"));
-    Value q = op::Transpose(op::Reshape(qkv[0], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
-    Value k = op::Transpose(op::Reshape(qkv[1], {0, 0, heads, head_dim}), {0, 2, 3, 1});  // [b, h, d, s]
-    Value v = op::Transpose(op::Reshape(qkv[2], {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
-    // The scores leave the activation dtype right after the product: scaled, masked and
-    // normalized in float32, as transformers' softmax(dtype=float32) does.
-    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-    Value scores = op::Cast(op::MatMul(q, k), DType::Float);
-    scores = op::Add(op::Mul(scores, op::Scalar(g, DType::Float, scale)), causal_bias);
-    Value probs = op::Cast(op::Softmax(scores, -1), x.dtype());
-    Value o = op::MatMul(probs, v);                                                   // [b, h, s, d]
-    o = op::Reshape(op::Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});        // [b, s, hidden]
+    Value o = nn::encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, causal_bias);
     return out_proj->forward(g, o);
   }
   int64_t heads, head_dim;
   const nn::Linear *q_proj, *k_proj, *v_proj, *out_proj;
 };
-
-// ACT2FN[name](x), in float32 for a float16 x (rounded once, after).
-Value activate(const std::string& name, Value x) {
-  Value xf = x.dtype() == DType::Float16 ? op::Cast(x, DType::Float) : x;
-  Value y = nn::activation(name, xf);
-  return op::Cast(y, x.dtype());
-}
 
 class ClipMLP : public nn::Module {
  public:
@@ -166,7 +138,7 @@ class ClipMLP : public nn::Module {
   }
   Value forward(Graph& g, Value x) const {
     ScopeGuard s(g, path());
-    return fc2->forward(g, activate(act, fc1->forward(g, x)));
+    return fc2->forward(g, nn::activation_f32(act, fc1->forward(g, x)));
   }
   std::string act;
   const nn::Linear *fc1, *fc2;

@@ -407,6 +407,23 @@ Value activation(const std::string& name, Value x) {
   throw Error("[activation] unknown hidden_act '" + name + "' (known: " + known_activations() + ")");
 }
 
+Value activation_f32(const std::string& name, Value x) {
+  Value xf = x.dtype() == DType::Float16 ? Cast(x, DType::Float) : x;
+  return Cast(activation(name, xf), x.dtype());
+}
+
+Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias) {
+  q = Transpose(Reshape(q, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
+  k = Transpose(Reshape(k, {0, 0, heads, head_dim}), {0, 2, 3, 1});  // [b, h, d, s]
+  v = Transpose(Reshape(v, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  Value scores = Cast(MatMul(q, k), DType::Float);
+  scores = Add(Mul(scores, Scalar(g, DType::Float, scale)), bias);
+  Value probs = Cast(Softmax(scores, -1), v.dtype());
+  Value o = MatMul(probs, v);                                           // [b, h, s, d]
+  return Reshape(Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});  // [b, s, hidden]
+}
+
 // ---------------------------------------------------------------------------------------------
 // Layers
 

@@ -210,6 +210,15 @@ Value RotaryEmbedding(Value x, Value position_ids, Value cos, Value sin, int64_t
 Value apply_rope(Value x, Value cos, Value sin, bool interleaved = false);
 // Activation functions by their Hugging Face names (silu, gelu, gelu_pytorch_tanh, relu, ...).
 Value activation(const std::string& name, Value x);
+// activation(name, x) computed in float32 for a float16 x (rounded once, after), as is otherwise.
+Value activation_f32(const std::string& name, Value x);
+
+// Eager attention without a cache over packed projections q, k, v [batch, seq, heads * head_dim]
+// (every head its own keys): softmax(q k^T / sqrt(head_dim) + bias) v, the scores scaled, biased
+// and normalized in float32 (transformers' softmax(dtype=float32)), returned as
+// [batch, seq, heads * head_dim] in q's dtype. `bias`: float32, broadcastable to
+// [batch, heads, seq_q, seq_k] (a causal or a padding mask).
+Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias);
 // Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
 void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
 
