@@ -100,18 +100,14 @@ json parse(const std::string& model_type, const json& raw) {
   if (pos != "absolute")
     r.fail("position_embedding_type", "is " + mobius::quote_value(pos) +
                                           "; BertModel's relative position schemes are not built yet (known: absolute)");
-  nn::check_activation(r, "hidden_act", c.hidden_act);
   if (c.type_vocab_size < 0) r.fail("type_vocab_size", "must not be negative");
-  if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
   if (fam.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id + 1 >= c.max_position_embeddings))
     r.fail("pad_token_id", "(" + std::to_string(c.pad_token_id) + ") leaves no position in the " +
                                std::to_string(c.max_position_embeddings) +
                                " of 'max_position_embeddings': " + model_type + " numbers positions from it");
-  if (c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
-                                      std::to_string(c.hidden_size) + ")");
-  mobius::validate_encoder_sizes(model_type, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
-                                 c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act);
+  nn::check_encoder_config(r, model_type,
+                           {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+                            c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act});
   return json(c);
 }
 

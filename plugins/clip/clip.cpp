@@ -87,17 +87,9 @@ json parse(const json& raw) {
   c.eos_token_id = r.get_int("eos_token_id", c.eos_token_id);
   c.pooling = c.eos_token_id == 2 ? "argmax" : "first_eos";
 
-  nn::check_activation(r, "hidden_act", c.hidden_act);
-  if (c.intermediate_size <= 0) r.fail("intermediate_size", "must be positive, got " + std::to_string(c.intermediate_size));
-  if (c.max_position_embeddings <= 0)
-    r.fail("max_position_embeddings", "must be positive, got " + std::to_string(c.max_position_embeddings));
-  if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
-  if (c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
-                                      std::to_string(c.hidden_size) + ")");
-  // The SDK's size checks: the encoder has a decoder's shape without a KV cache.
-  mobius::validate_encoder_sizes(kModelType, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
-                                 c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act);
+  nn::check_encoder_config(r, kModelType,
+                           {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+                            c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act});
   return json(c);
 }
 

@@ -486,21 +486,4 @@ void ArchitectureConfig::validate() const {
   if (linear_attn) linear_attn->validate();
 }
 
-void validate_encoder_sizes(const std::string& model_type, int64_t vocab_size, int64_t hidden_size,
-                            int64_t intermediate_size, int64_t num_hidden_layers, int64_t num_attention_heads,
-                            int64_t max_position_embeddings, double layer_norm_eps, const std::string& hidden_act) {
-  ArchitectureConfig a;
-  a.model_type = model_type;
-  a.vocab_size = vocab_size;
-  a.hidden_size = hidden_size;
-  a.intermediate_size = intermediate_size;
-  a.num_hidden_layers = num_hidden_layers;
-  a.num_attention_heads = a.num_key_value_heads = num_attention_heads;
-  a.head_dim = hidden_size / num_attention_heads;
-  a.max_position_embeddings = max_position_embeddings;
-  a.rms_norm_eps = layer_norm_eps;
-  a.hidden_act = hidden_act;
-  a.validate();
-}
-
 }  // namespace mobius

@@ -407,6 +407,29 @@ Value activation(const std::string& name, Value x) {
   throw Error("[activation] unknown hidden_act '" + name + "' (known: " + known_activations() + ")");
 }
 
+void check_encoder_config(const ConfigReader& r, const std::string& model_type, const EncoderSizes& c) {
+  check_activation(r, "hidden_act", c.hidden_act);
+  if (c.intermediate_size <= 0) r.fail("intermediate_size", "must be positive, got " + std::to_string(c.intermediate_size));
+  if (c.max_position_embeddings <= 0)
+    r.fail("max_position_embeddings", "must be positive, got " + std::to_string(c.max_position_embeddings));
+  if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
+  if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0)
+    r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
+                                      std::to_string(c.hidden_size) + ")");
+  ArchitectureConfig a;
+  a.model_type = model_type;
+  a.vocab_size = c.vocab_size;
+  a.hidden_size = c.hidden_size;
+  a.intermediate_size = c.intermediate_size;
+  a.num_hidden_layers = c.num_hidden_layers;
+  a.num_attention_heads = a.num_key_value_heads = c.num_attention_heads;
+  a.head_dim = c.hidden_size / c.num_attention_heads;
+  a.max_position_embeddings = c.max_position_embeddings;
+  a.rms_norm_eps = c.layer_norm_eps;
+  a.hidden_act = c.hidden_act;
+  a.validate();
+}
+
 Value activation_f32(const std::string& name, Value x) {
   Value xf = x.dtype() == DType::Float16 ? Cast(x, DType::Float) : x;
   return Cast(activation(name, xf), x.dtype());

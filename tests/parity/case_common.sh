@@ -21,3 +21,15 @@ resolve_case() {
   work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-$script.XXXXXX")
   trap 'rm -rf "$work"' EXIT
 }
+
+# component_tolerance SCRIPT DTYPE USAGE: sets `tolerance`, the options of component_parity.mjs for
+# a build of DTYPE: the case's own for f32; for f16 atol 2e-2, rtol 1e-2 (the cases' stated f16
+# tolerance, at least 4x what an emulated float16 run of each graph needs). Exits 2 for another
+# dtype.
+component_tolerance() {
+  case $2 in
+    f32) tolerance=() ;;
+    f16) tolerance=(--atol 2e-2 --rtol 1e-2) ;;
+    *) echo "$1: unknown dtype '$2'; $3" >&2; exit 2 ;;
+  esac
+}

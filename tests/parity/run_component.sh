@@ -24,13 +24,7 @@ case $ops in ort|standard) ;; *) echo "run_component: unknown operator set '$ops
 . "$(dirname "$0")/case_common.sh"
 resolve_case run_component golden-diffusers
 
-case $dtype in
-  f32) tolerance=() ;;
-  # The cases' stated f16 tolerance (case.json "f16"): at least 4x what an emulated float16 run
-  # of each graph needs.
-  f16) tolerance=(--atol 2e-2 --rtol 1e-2) ;;
-  *) echo "run_component: unknown dtype '$dtype'; $usage" >&2; exit 2 ;;
-esac
+component_tolerance run_component "$dtype" "$usage"
 
 out="$work/pipeline"
 echo "== build: $MOBIUS_CLI build --model $case_dir $out --component $graph --dtype $dtype --ops $ops"

@@ -23,11 +23,7 @@ case $runtime in transformers.js|onnxruntime) ;; *) echo "run_encoder: unknown r
 . "$(dirname "$0")/case_common.sh"
 resolve_case run_encoder golden-encoders
 
-case $dtype in
-  f32) tolerance=() ;;
-  f16) tolerance=(--atol 2e-2 --rtol 1e-2) ;;
-  *) echo "run_encoder: unknown dtype '$dtype'; $usage" >&2; exit 2 ;;
-esac
+component_tolerance run_encoder "$dtype" "$usage"
 
 out="$work/model"
 echo "== build: $MOBIUS_CLI build --model $case_dir $out --dtype $dtype --ops $ops --runtime $runtime"

@@ -47,12 +47,6 @@ void check_size_key(const std::string& key, int64_t value, const std::string& wh
 
 // Typed access to a config object; every error names the key, e.g.
 // "[config] 'num_key_value_heads' (3) must divide 'num_attention_heads' (4)".
-// The SDK's size checks for an encoder (every size against its bound, the whole model's
-// parameter count): a decoder's shape without a KV cache. Throws mobius::Error naming the key.
-void validate_encoder_sizes(const std::string& model_type, int64_t vocab_size, int64_t hidden_size,
-                            int64_t intermediate_size, int64_t num_hidden_layers, int64_t num_attention_heads,
-                            int64_t max_position_embeddings, double layer_norm_eps, const std::string& hidden_act);
-
 class ConfigReader {
  public:
   explicit ConfigReader(const nlohmann::json& j, std::string where = "");

@@ -222,4 +222,16 @@ Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int6
 // Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
 void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
 
+// The sizes of an encoder (a decoder's shape without a KV cache), each failing through `r` with
+// its key: hidden_act known, intermediate_size and max_position_embeddings positive,
+// layer_norm_eps positive, num_attention_heads dividing hidden_size; then the SDK's size checks
+// (every size against its bound, the whole model's parameter count).
+struct EncoderSizes {
+  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+      max_position_embeddings;
+  double layer_norm_eps;
+  std::string hidden_act;
+};
+void check_encoder_config(const ConfigReader& r, const std::string& model_type, const EncoderSizes& c);
+
 }  // namespace mobius::nn
