@@ -1,5 +1,5 @@
 // test_encoders.cpp - the bert plugin's families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-// Data2VecText) beyond their golden parity (tests/parity, tests/golden-encoders): configs that
+// Data2VecText, DistilBERT) beyond their golden parity (tests/parity, tests/golden-encoders): configs that
 // cannot be built are refused naming the key and writing nothing; a head's checkpoint (tensors
 // under "bert." / "roberta.") builds the base model; full-size configs build without weights;
 // GenAI refuses an encoder with the reason.
@@ -34,6 +34,10 @@ TEST_CASE("encoders: configs that cannot be built are refused naming the key; no
       {"heads do not divide", "bert-base", [](auto& c) { c["num_attention_heads"] = 5; }, "'num_attention_heads' (5) must divide 'hidden_size' (64)"},
       {"padding index past the table", "roberta-base", [](auto& c) { c["pad_token_id"] = 96; },
        "'pad_token_id' (96) leaves no position in the 96 of 'max_position_embeddings'"},
+      {"DistilBERT's own keys", "distilbert-base", [](auto& c) { c["n_heads"] = 5; },
+       "'n_heads' (5) must divide 'dim' (64)"},
+      {"DistilBERT's activation key", "distilbert-base", [](auto& c) { c["activation"] = "swoosh"; },
+       "'activation' has unknown activation 'swoosh'"},
       {"absurd size", "bert-base", [](auto& c) { c["hidden_size"] = int64_t{1} << 40; }, "'hidden_size'"},
   };
   for (const Bad& b : cases) {

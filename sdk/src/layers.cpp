@@ -408,14 +408,14 @@ Value activation(const std::string& name, Value x) {
 }
 
 void check_encoder_config(const ConfigReader& r, const std::string& model_type, const EncoderSizes& c) {
-  check_activation(r, "hidden_act", c.hidden_act);
-  if (c.intermediate_size <= 0) r.fail("intermediate_size", "must be positive, got " + std::to_string(c.intermediate_size));
+  check_activation(r, c.act_key, c.hidden_act);
+  if (c.intermediate_size <= 0) r.fail(c.intermediate_key, "must be positive, got " + std::to_string(c.intermediate_size));
   if (c.max_position_embeddings <= 0)
     r.fail("max_position_embeddings", "must be positive, got " + std::to_string(c.max_position_embeddings));
   if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
   if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0)
-    r.fail("num_attention_heads", "(" + std::to_string(c.num_attention_heads) + ") must divide 'hidden_size' (" +
-                                      std::to_string(c.hidden_size) + ")");
+    r.fail(c.heads_key, "(" + std::to_string(c.num_attention_heads) + ") must divide '" + c.hidden_key + "' (" +
+                            std::to_string(c.hidden_size) + ")");
   ArchitectureConfig a;
   a.model_type = model_type;
   a.vocab_size = c.vocab_size;

@@ -231,6 +231,10 @@ struct EncoderSizes {
       max_position_embeddings;
   double layer_norm_eps;
   std::string hidden_act;
+  // The config keys the messages name, where a family spells them otherwise (DistilBERT's dim,
+  // hidden_dim, n_heads, activation).
+  std::string hidden_key = "hidden_size", intermediate_key = "intermediate_size",
+              heads_key = "num_attention_heads", act_key = "hidden_act";
 };
 void check_encoder_config(const ConfigReader& r, const std::string& model_type, const EncoderSizes& c);
 
