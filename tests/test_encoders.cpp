@@ -110,3 +110,41 @@ TEST_CASE("encoders: full-size configs build without weights, each in well under
     MESSAGE(name << ": " << s << " s");
   }
 }
+
+TEST_CASE("encoders: a BERT family under other tensor names and config keys is one spec row") {
+  // tests/plugins_tasks: renamed_bert, nn::EncoderSpec with every tensor renamed and two keys
+  // respelled. bert-base's checkpoint under those names gives bert-base's reference outputs.
+  const fs::path dir = env_or_empty("MOBIUS_TEST_TASKS_DIR");
+  REQUIRE_FALSE(dir.empty());
+  const std::vector<std::pair<std::string, std::string>> renames = {
+      {"embeddings.word_embeddings", "emb.tokens"}, {"embeddings.position_embeddings", "emb.positions"},
+      {"embeddings.token_type_embeddings", "emb.segments"}, {"embeddings.LayerNorm", "emb.norm"},
+      {"encoder.layer.", "blocks."}, {"attention.self.query", "attn.q"}, {"attention.self.key", "attn.k"},
+      {"attention.self.value", "attn.v"}, {"attention.output.dense", "attn.o"},
+      {"attention.output.LayerNorm", "norm1"}, {"intermediate.dense", "mlp.up"}, {"output.dense", "mlp.down"},
+      {"output.LayerNorm", "norm2"}, {"pooler.dense", "pool"}};
+  TempDir t;
+  copy_checkpoint(
+      encoder_case("bert-base"), t / "ckpt",
+      [](nlohmann::json& c) {
+        c["model_type"] = "renamed_bert";
+        c["width"] = c["hidden_size"];
+        c["depth"] = c["num_hidden_layers"];
+        c.erase("hidden_size");
+        c.erase("num_hidden_layers");
+      },
+      [&](StTensor& s) {
+        for (const auto& [from, to] : renames)
+          if (size_t at = s.name.find(from); at != std::string::npos) s.name.replace(at, from.size(), to);
+        return true;
+      });
+  RunResult b = run(quote(env_or_empty("MOBIUS_CLI")) + " build -q --runtime onnxruntime --plugin-path " + quote(dir.string()) +
+                    " --model " + quote((t / "ckpt").string()) + " " + quote((t / "out").string()));
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  RunResult p = run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node tests/parity/component_parity.mjs --model " +
+                    quote((t / "out").string()) + " --case " + quote(encoder_case("bert-base").string()) + " --graph encode");
+  INFO(p.output);
+  CHECK(p.status == 0);
+  CHECK(p.output.find("component parity: 2 passed, 0 failed") != std::string::npos);
+}

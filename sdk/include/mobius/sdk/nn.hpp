@@ -6,6 +6,7 @@
 #include "mobius/sdk/attention.hpp"
 #include "mobius/sdk/decoder.hpp"
 #include "mobius/sdk/decoder_config.hpp"
+#include "mobius/sdk/encoder.hpp"
 #include "mobius/sdk/feed_forward.hpp"
 #include "mobius/sdk/gated_deltanet.hpp"
 #include "mobius/sdk/layers.hpp"

@@ -1,0 +1,98 @@
+// mobius/sdk/encoder.hpp - BERT-like encoders as a spec: a family is a row (its model type, how
+// its config spells its keys, what it calls its tensors, the prefix of its heads' checkpoints,
+// how it numbers positions), and nn::EncoderModel builds any row. The plugins/bert plugin's
+// families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, Data2VecText, DistilBERT) are rows; a new
+// family with BERT's layers and other names is one more row (docs/writing-a-plugin.md).
+//
+// Semantics follow transformers' models/bert/modeling_bert.py (BertEmbeddings, BertSelfAttention's
+// eager path, BertSelfOutput, BertIntermediate, BertOutput, BertPooler), modeling_roberta.py
+// (create_position_ids_from_input_ids) and modeling_distilbert.py (Embeddings, TransformerBlock):
+//   h = LayerNorm(word(input_ids) + position(ids) + token_type(token_type_ids))
+//   every layer: a = LayerNorm(h + out(attention(h)))      bidirectional, padding masked
+//                h = LayerNorm(a + ffn_out(act(ffn_in(a))))
+//   last_hidden_state = h;  pooler_output = tanh(pooler(h[:, 0])) where the family has a pooler
+// Positions are 0 .. seq-1, or, for a family numbering them from the padding index (RoBERTa):
+//   position = cumsum(input_ids != pad) * (input_ids != pad) + pad
+// The padding mask adds finfo(float32).min to the scores of keys whose attention_mask is 0, as
+// transformers' bidirectional mask does for eager attention. Layer norms and the attention
+// softmax compute in float32; with float16 weights the activation also runs in float32.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mobius/sdk/context.hpp"
+#include "mobius/sdk/layers.hpp"
+
+namespace mobius::nn {
+
+// How a family spells its config keys ("": the family has no such key; the default holds).
+struct EncoderKeys {
+  std::string hidden = "hidden_size";
+  std::string layers = "num_hidden_layers";
+  std::string heads = "num_attention_heads";
+  std::string intermediate = "intermediate_size";
+  std::string act = "hidden_act";
+  std::string eps = "layer_norm_eps";
+  std::string type_vocab = "type_vocab_size";
+};
+
+// What a family calls its tensors, from the model's root (the embeddings, the layers' prefix,
+// the pooler) or from a layer's (the rest); "" for a part the family does not have.
+struct EncoderNames {
+  std::string word = "embeddings.word_embeddings";
+  std::string position = "embeddings.position_embeddings";
+  std::string token_type = "embeddings.token_type_embeddings";
+  std::string embed_norm = "embeddings.LayerNorm";
+  std::string layer = "encoder.layer.";
+  std::string query = "attention.self.query";
+  std::string key = "attention.self.key";
+  std::string value = "attention.self.value";
+  std::string attn_out = "attention.output.dense";
+  std::string attn_norm = "attention.output.LayerNorm";
+  std::string ffn_in = "intermediate.dense";
+  std::string ffn_out = "output.dense";
+  std::string ffn_norm = "output.LayerNorm";
+  std::string pooler = "pooler.dense";
+};
+
+struct EncoderSpec {
+  std::string model_type;
+  std::string head_prefix;              // its tensors in the checkpoints of its heads ("bert.")
+  bool positions_from_padding = false;  // RoBERTa's create_position_ids_from_input_ids
+  EncoderKeys keys;
+  EncoderNames names;
+};
+
+// The normalized config (defaults filled in; BERT's where the family does not set them).
+struct EncoderConfig {
+  std::string model_type = "bert";
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  std::string hidden_act = "gelu";
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;  // where positions start for a family numbering them from padding
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EncoderConfig, model_type, pad_token_id, vocab_size, hidden_size,
+                                                num_hidden_layers, num_attention_heads, intermediate_size,
+                                                hidden_act, max_position_embeddings, type_vocab_size,
+                                                layer_norm_eps)
+
+// config.json read through the spec's keys and checked (each fault names its key): the position
+// scheme ("absolute" only), the token types, the padding index, the sizes (check_encoder_config).
+EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json& config_json);
+
+// The feature-extraction graph of a family: input_ids, attention_mask and (with token types)
+// token_type_ids [batch_size, sequence_length] -> last_hidden_state and (with a pooler)
+// pooler_output, in the activation dtype; the weights read under the head prefix when the
+// checkpoint has it.
+void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg);
+
+}  // namespace mobius::nn

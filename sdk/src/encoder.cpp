@@ -1,0 +1,161 @@
+// encoder.cpp - BERT-like encoders built from a spec (mobius/sdk/encoder.hpp).
+#include "mobius/sdk/encoder.hpp"
+
+#include <cfloat>
+
+#include "mobius/sdk/config.hpp"
+#include "mobius/sdk/ops.hpp"
+
+namespace mobius::nn {
+namespace {
+
+using namespace mobius::op;
+
+// One layer: a = LayerNorm(h + out(attention(h))), then LayerNorm(a + ffn_out(act(ffn_in(a)))),
+// the attention eager with q/k/v biased and packed into one MatMul.
+class EncoderLayer : public Module {
+ public:
+  EncoderLayer(const EncoderConfig& c, const EncoderNames& n)
+      : act(c.hidden_act), heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
+    query = &add<Linear>(n.query, c.hidden_size, c.hidden_size, true);
+    key = &add<Linear>(n.key, c.hidden_size, c.hidden_size, true);
+    value = &add<Linear>(n.value, c.hidden_size, c.hidden_size, true);
+    attn_out = &add<Linear>(n.attn_out, c.hidden_size, c.hidden_size, true);
+    attn_norm = &add<LayerNorm>(n.attn_norm, c.hidden_size, c.layer_norm_eps);
+    ffn_in = &add<Linear>(n.ffn_in, c.hidden_size, c.intermediate_size, true);
+    ffn_out = &add<Linear>(n.ffn_out, c.intermediate_size, c.hidden_size, true);
+    ffn_norm = &add<LayerNorm>(n.ffn_norm, c.hidden_size, c.layer_norm_eps);
+  }
+  Value forward(Graph& g, Value h, Value mask_bias) const {
+    ScopeGuard s(g, path());
+    auto qkv = packed_linears(g, h, {query, key, value}, full_name("qkv"));
+    Value o = encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias);
+    Value a = attn_norm->forward(g, Add(attn_out->forward(g, o), h));
+    Value y = ffn_out->forward(g, activation_f32(act, ffn_in->forward(g, a)));
+    return ffn_norm->forward(g, Add(y, a));
+  }
+  std::string act;
+  int64_t heads, head_dim;
+  const Linear *query, *key, *value, *attn_out, *ffn_in, *ffn_out;
+  const LayerNorm *attn_norm, *ffn_norm;
+};
+
+struct EncoderOutputs {
+  Value last_hidden_state, pooler_output;  // pooler_output: not valid without a pooler
+};
+
+// The encoder of a family, its tensors under `prefix` ("" or the family's head prefix).
+class EncoderModel : public Module {
+ public:
+  EncoderModel(const EncoderConfig& c, const EncoderSpec& s, const std::string& prefix) : cfg(c), spec(s) {
+    const EncoderNames& n = s.names;
+    word = &add<Embedding>(prefix + n.word, c.vocab_size, c.hidden_size);
+    position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, c.hidden_size);
+    if (c.type_vocab_size > 0 && !n.token_type.empty())
+      token_type = &add<Embedding>(prefix + n.token_type, c.type_vocab_size, c.hidden_size);
+    embed_norm = &add<LayerNorm>(prefix + n.embed_norm, c.hidden_size, c.layer_norm_eps);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      layers.push_back(&add<EncoderLayer>(prefix + n.layer + std::to_string(i), c, n));
+    if (!n.pooler.empty()) pooler = &add<Linear>(prefix + n.pooler, c.hidden_size, c.hidden_size, true);
+  }
+
+  EncoderOutputs forward(Graph& g, Value input_ids, Value attention_mask, Value token_type_ids, DType act) const {
+    Value seq = DimOf(input_ids, 1);  // int64 [1]
+    Value h;
+    {
+      ScopeGuard s(g, "embeddings");
+      h = word->forward(g, input_ids, act);  // [b, s, hidden]
+      if (spec.positions_from_padding) {
+        Value real = Cast(Not(Equal(input_ids, Int(g, cfg.pad_token_id))), DType::Int64);
+        Value pos = Add(Mul(CumSum(real, 1), real), Int(g, cfg.pad_token_id));
+        h = Add(h, position->forward(g, pos, act));
+      } else {
+        // position_ids = arange(seq): the table's first seq rows.
+        Value rows = Slice(position->param(g, "weight"), Ints(g, {0}), seq, {0});
+        h = Add(h, Cast(rows, act));
+      }
+      if (token_type) h = Add(h, token_type->forward(g, token_type_ids, act));
+      h = embed_norm->forward(g, h);
+    }
+    Value mask_bias;
+    {
+      // Keys whose attention_mask is 0 get finfo(float32).min added to their scores.
+      ScopeGuard s(g, "padding_mask");
+      Value masked = Equal(attention_mask, Int(g, 0));  // [b, s]
+      Value bias = Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0));
+      mask_bias = Unsqueeze(bias, {1, 2});  // [b, 1, 1, s]
+    }
+    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias);
+    EncoderOutputs out;
+    out.last_hidden_state = h;
+    if (!pooler) return out;
+    ScopeGuard s(g, "pooler");
+    Value first = Squeeze(Slice(h, Ints(g, {0}), Ints(g, {1}), {1}), {1});  // [b, hidden]
+    out.pooler_output = Cast(Tanh(Cast(pooler->forward(g, first), DType::Float)), act);
+    return out;
+  }
+
+  EncoderConfig cfg;
+  const EncoderSpec& spec;
+  const Embedding *word, *position, *token_type = nullptr;
+  const LayerNorm* embed_norm;
+  std::vector<const EncoderLayer*> layers;
+  const Linear* pooler = nullptr;
+};
+
+}  // namespace
+
+EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json& raw) {
+  if (!raw.is_object()) throw Error("[config] config.json must be a JSON object");
+  ConfigReader r(raw, "config.json");
+  const EncoderKeys& k = spec.keys;
+  EncoderConfig c;
+  c.model_type = spec.model_type;
+  c.pad_token_id = r.get_int("pad_token_id", spec.positions_from_padding ? 1 : 0);
+  c.vocab_size = r.get_int("vocab_size", c.vocab_size);
+  c.hidden_size = r.get_int(k.hidden, c.hidden_size);
+  c.num_hidden_layers = r.get_int(k.layers, c.num_hidden_layers);
+  c.num_attention_heads = r.get_int(k.heads, c.num_attention_heads);
+  c.intermediate_size = r.get_int(k.intermediate, c.intermediate_size);
+  c.hidden_act = r.get_string(k.act, c.hidden_act);
+  c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
+  c.type_vocab_size = k.type_vocab.empty() ? 0 : r.get_int(k.type_vocab, c.type_vocab_size);
+  if (!k.eps.empty()) c.layer_norm_eps = r.get_double(k.eps, c.layer_norm_eps);
+  const std::string pos = r.get_string("position_embedding_type", "absolute");
+  if (pos != "absolute")
+    r.fail("position_embedding_type", "is " + quote_value(pos) +
+                                          "; BertModel's relative position schemes are not built yet (known: absolute)");
+  if (c.type_vocab_size < 0) r.fail(k.type_vocab, "must not be negative");
+  if (spec.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id + 1 >= c.max_position_embeddings))
+    r.fail("pad_token_id", "(" + std::to_string(c.pad_token_id) + ") leaves no position in the " +
+                               std::to_string(c.max_position_embeddings) + " of 'max_position_embeddings': " +
+                               spec.model_type + " numbers positions from it");
+  EncoderSizes sizes{c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+                     c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act};
+  sizes.hidden_key = k.hidden;
+  sizes.intermediate_key = k.intermediate;
+  sizes.heads_key = k.heads;
+  sizes.act_key = k.act;
+  check_encoder_config(r, spec.model_type, sizes);
+  return c;
+}
+
+void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg) {
+  const std::string head = spec.head_prefix;
+  const std::string prefix = !head.empty() && ctx.query_tensor(head + spec.names.word + ".weight") ? head : "";
+  // Buffers the embeddings may save (arange of the positions, and the zero token types).
+  ctx.ignore_tensors(prefix + "embeddings.position_ids");
+  ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
+  EncoderModel model(cfg, spec, prefix);
+  Graph& g = ctx.graph();
+  const DType act = activation_dtype(ctx);
+  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
+  Value ids = g.input("input_ids", ids_t);
+  Value mask = g.input("attention_mask", ids_t);
+  Value types = model.token_type ? g.input("token_type_ids", ids_t) : Value();
+  EncoderOutputs out = model.forward(g, ids, mask, types, act);
+  g.output(out.last_hidden_state, "last_hidden_state");
+  if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+}
+
+}  // namespace mobius::nn
