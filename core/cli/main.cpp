@@ -412,7 +412,9 @@ int main(int argc, char** argv) {
                     "                   model.onnx_data, config.json with transformers.js_config,\n"
                     "                   tokenizer files\n"
                     "A model type the runtime cannot run is refused with the reason. Default:\n"
-                    "ort-genai, or onnxruntime with a warning for a model GenAI cannot run")
+                    "the model's task's: ort-genai for text generation (onnxruntime, with a\n"
+                    "warning, for a model GenAI cannot run), transformers.js for encoders\n"
+                    "(feature extraction), onnxruntime for the others (Stable Diffusion's graphs)")
       ->check(CLI::IsMember(mobius::runtimes()));
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
