@@ -175,6 +175,7 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
         if (s.model_type == t) shadowed.push_back({{"plugin", s.plugin}, {"library", s.plugin_path}});
       out.push_back({{"model_type", t},
                      {"task", r.task},
+                     {"default_runtime", r.default_runtime.empty() ? std::string("ort-genai") : r.default_runtime},
                      {"plugin", r.plugin},
                      {"version", r.version},
                      {"vendor", r.vendor},
@@ -190,11 +191,15 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
     std::cout << "no architectures registered (see `mobius plugins` for what was found)\n";
     return 0;
   }
-  size_t w = 10;
-  for (const auto& t : reg.architectures()) w = std::max(w, t.size());
+  size_t w = 10, tw = 4;
+  for (const auto& t : reg.architectures()) {
+    w = std::max(w, t.size());
+    tw = std::max(tw, reg.get(t).task.size());
+  }
   for (const auto& t : reg.architectures()) {
     const auto& r = reg.get(t);
-    std::cout << t << std::string(w + 2 - t.size(), ' ') << r.task << "  " << r.plugin << " "
+    std::cout << t << std::string(w + 2 - t.size(), ' ') << r.task << std::string(tw + 2 - r.task.size(), ' ')
+              << r.plugin << " "
               << r.version << (r.vendor.empty() ? "" : " (" + r.vendor + ")");
     // Where an alias comes from: the manifest that declared it, and what builds it.
     if (!r.alias_of.empty())
