@@ -41,7 +41,6 @@ const std::vector<TaskRow>& task_table() {
     TaskRow gen = row("text-generation", "a text decoder", {"ort-genai", "onnxruntime", "transformers.js"}, {}, {},
                       {"logits"});
     gen.runtime_files = &text_generation_files;
-    gen.needs_tokenizer = true;
     t.push_back(std::move(gen));
     t.push_back(row("text-encoding", "a text encoder", {"onnxruntime"},
                     {{"ort-genai", kGenaiOnlyDecoders},

@@ -30,8 +30,6 @@ struct TaskRow {
   std::vector<std::string> inputs, outputs;
   // Writes the task's runtime files for the build's runtime (nullptr: none).
   void (*runtime_files)(BuildContext& ctx, const std::string& model_type, const nlohmann::json& cfg) = nullptr;
-  // The checkpoint's tokenizer belongs beside the graph (a runtime turns text into ids with it).
-  bool needs_tokenizer = false;
 };
 
 // The task table; find_task returns nullptr for a task it does not list (a third-party plugin's
