@@ -163,8 +163,6 @@ class ModelFolder {
   ModelFolder& operator=(ModelFolder&&) noexcept = default;
 
   const std::filesystem::path& path() const { return path_; }  // canonical
-  // The repository folder (<cache>/models--<org>--<name>) of a cache snapshot, else empty.
-  const std::filesystem::path& hub_repo() const { return repo_; }
 
   // True when an entry of any kind (a dangling link too) has this single-component name. Looks
   // at the entry itself; follows nothing and opens nothing.

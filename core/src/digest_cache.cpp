@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "digest.hpp"
+
 namespace mobius {
 namespace fs = std::filesystem;
 
@@ -22,12 +24,6 @@ namespace {
 std::string env(const char* k) {
   const char* v = std::getenv(k);
   return v ? v : "";
-}
-
-bool is_hex_sha256(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
 }
 
 int64_t ns(const timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
@@ -94,7 +90,7 @@ std::string cached_sha256(int fd, const fs::path& path) {
     for (const auto& [k, v] : want.items())
       if (!j.contains(k) || j[k] != v) return "";
     const std::string sha = j["sha256"].get<std::string>();
-    return is_hex_sha256(sha) ? sha : "";
+    return is_sha256_hex(sha) ? sha : "";
   } catch (...) {
     return "";
   }
@@ -104,7 +100,7 @@ void remember_sha256(int fd, const fs::path& path, const struct stat& before,
                      const std::string& sha256) {
   try {
     struct stat now {};
-    if (!is_hex_sha256(sha256) || ::fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) ||
+    if (!is_sha256_hex(sha256) || ::fstat(fd, &now) != 0 || !S_ISREG(now.st_mode) ||
         !same_file_state(before, now))
       return;
     const fs::path rec = record_path(now);

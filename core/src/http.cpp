@@ -64,12 +64,6 @@ struct Transfer {
   bool headers_too_large = false;
 };
 
-std::string format_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-
 // Called by libcurl at least once a second: the header deadline, then the body's minimum rate.
 int on_progress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
@@ -275,6 +269,12 @@ Response Client::perform(const Request& req) {
   std::string msg = curl_easy_strerror(rc);
   if (impl_->err[0]) msg += std::string(" (") + impl_->err + ")";
   throw TransportError(classify(rc), msg);
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 
 std::string user_agent() {

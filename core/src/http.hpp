@@ -82,6 +82,9 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
+// A number of seconds as messages print it ("10", "2.5").
+std::string format_seconds(double s);
+
 // "mobius/<version>; libcurl/<version>".
 std::string user_agent();
 

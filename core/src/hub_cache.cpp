@@ -173,12 +173,7 @@ bool is_valid_repo_id(std::string_view id, bool require_namespace) {
   return valid_repo_part(id.substr(0, slash)) && valid_repo_part(id.substr(slash + 1));
 }
 
-bool is_commit_hash(std::string_view s) {
-  if (s.size() != 40) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
+bool is_commit_hash(std::string_view s) { return is_sha1_hex(s); }
 
 bool is_valid_revision(std::string_view rev) {
   if (rev.empty() || rev.size() > 255 || rev == "@") return false;

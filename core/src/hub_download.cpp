@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <strings.h>
 #include <ctime>
 
 #include "digest.hpp"
@@ -57,17 +58,6 @@ int pwrite_all(int fd, const char* p, size_t n, uint64_t off) {
     off += static_cast<uint64_t>(w);
   }
   return 0;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 // blobs/<etag>.incomplete, open; removed when it holds nothing (a download that failed before
@@ -206,8 +196,8 @@ http::Request Session::make_request(bool head, const std::string& url) const {
 }
 
 std::string Session::timeout_note(bool head) const {
-  if (head) return " (HF_HUB_ETAG_TIMEOUT is " + seconds(cfg_.etag_timeout_s) + " s)";
-  return " (HF_HUB_DOWNLOAD_TIMEOUT is " + seconds(cfg_.download_timeout_s) +
+  if (head) return " (HF_HUB_ETAG_TIMEOUT is " + http::format_seconds(cfg_.etag_timeout_s) + " s)";
+  return " (HF_HUB_DOWNLOAD_TIMEOUT is " + http::format_seconds(cfg_.download_timeout_s) +
          " s; a download must bring at least " + std::to_string(kMinRate) + " bytes/s)";
 }
 
@@ -304,7 +294,7 @@ void Session::fetch(http::Client& c, const Item& it, Progress& pg) {
     std::string refusal;  // an answer that is refused outright, and why
     req.on_headers = [&](const http::Response& r) {
       if (r.status < 200 || r.status >= 300) return true;
-      if (const std::string* ce = r.header("content-encoding"); ce && lower(*ce) != "identity") {
+      if (const std::string* ce = r.header("content-encoding"); ce && ::strcasecmp(ce->c_str(), "identity") != 0) {
         refusal = "was sent with Content-Encoding " + quote_name(*ce) + " although only identity was accepted";
         return false;
       }

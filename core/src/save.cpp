@@ -17,7 +17,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <cstdio>
 #include <cstring>
