@@ -45,13 +45,7 @@ const std::vector<nn::EncoderSpec>& families() {
 }
 
 void register_all(mobius::PluginRegistrar& r) {
-  for (const nn::EncoderSpec& spec : families())
-    r.add(
-        spec.model_type, "feature-extraction",
-        [&spec](const nlohmann::json& raw) { return nlohmann::json(nn::read_encoder_config(spec, raw)); },
-        [&spec](mobius::BuildContext& ctx, const nlohmann::json& cfg) {
-          nn::build_feature_extraction(ctx, spec, cfg.get<nn::EncoderConfig>());
-        });
+  for (const nn::EncoderSpec& spec : families()) nn::register_encoder(r, spec);
 }
 
 }  // namespace

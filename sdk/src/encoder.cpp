@@ -5,6 +5,7 @@
 
 #include "mobius/sdk/config.hpp"
 #include "mobius/sdk/ops.hpp"
+#include "mobius/sdk/plugin.hpp"
 
 namespace mobius::nn {
 namespace {
@@ -156,6 +157,15 @@ void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const 
   EncoderOutputs out = model.forward(g, ids, mask, types, act);
   g.output(out.last_hidden_state, "last_hidden_state");
   if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+}
+
+void register_encoder(PluginRegistrar& r, const EncoderSpec& spec) {
+  r.add(
+      spec.model_type, "feature-extraction",
+      [&spec](const nlohmann::json& raw) { return nlohmann::json(read_encoder_config(spec, raw)); },
+      [&spec](BuildContext& ctx, const nlohmann::json& cfg) {
+        build_feature_extraction(ctx, spec, cfg.get<EncoderConfig>());
+      });
 }
 
 }  // namespace mobius::nn

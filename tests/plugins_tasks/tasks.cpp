@@ -50,12 +50,7 @@ const mobius::nn::EncoderSpec& renamed_bert() {
 }
 
 void register_all(mobius::PluginRegistrar& r) {
-  r.add(
-      "renamed_bert", "feature-extraction",
-      [](const nlohmann::json& raw) { return nlohmann::json(mobius::nn::read_encoder_config(renamed_bert(), raw)); },
-      [](mobius::BuildContext& c, const nlohmann::json& j) {
-        mobius::nn::build_feature_extraction(c, renamed_bert(), j.get<mobius::nn::EncoderConfig>());
-      });
+  mobius::nn::register_encoder(r, renamed_bert());
   r.add("task_encoder", "text-encoding", parse,
         [](mobius::BuildContext& c, const nlohmann::json& j) { build(c, j, true); });
   r.add("task_encoder_unpooled", "text-encoding", parse,

@@ -26,6 +26,10 @@
 #include "mobius/sdk/context.hpp"
 #include "mobius/sdk/layers.hpp"
 
+namespace mobius {
+class PluginRegistrar;
+}
+
 namespace mobius::nn {
 
 // How a family spells its config keys ("": the family has no such key; the default holds).
@@ -94,5 +98,10 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
 // pooler_output, in the activation dtype; the weights read under the head prefix when the
 // checkpoint has it.
 void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg);
+
+// Registers spec.model_type for task "feature-extraction", its config read by
+// read_encoder_config and its graph built by build_feature_extraction. `spec` is kept by
+// reference: it must live as long as the plugin (a static).
+void register_encoder(PluginRegistrar& r, const EncoderSpec& spec);
 
 }  // namespace mobius::nn
