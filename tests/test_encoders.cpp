@@ -38,6 +38,9 @@ TEST_CASE("encoders: configs that cannot be built are refused naming the key; no
        "'n_heads' (5) must divide 'dim' (64)"},
       {"DistilBERT's activation key", "distilbert-base", [](auto& c) { c["activation"] = "swoosh"; },
        "'activation' has unknown activation 'swoosh'"},
+      {"a head's checkpoint", "bert-base", [](auto& c) { c["architectures"] = {"BertForSequenceClassification"}; },
+       "'architectures' names 'BertForSequenceClassification', whose head (SequenceClassification) mobius does not "
+       "build yet; it builds the base model (BertModel) for feature extraction"},
       {"absurd size", "bert-base", [](auto& c) { c["hidden_size"] = int64_t{1} << 40; }, "'hidden_size'"},
   };
   for (const Bad& b : cases) {
@@ -68,6 +71,19 @@ TEST_CASE("encoders: a head's checkpoint (tensors under the family's prefix) bui
   CHECK(read_text(t / "base" / "model.onnx.data") == read_text(t / "head" / "model.onnx.data"));
 }
 
+TEST_CASE("encoders: a sentence-transformers folder says its modules are not built yet") {
+  TempDir t;
+  copy_checkpoint(encoder_case("bert-base"), t / "ckpt");
+  write_text(t / "ckpt" / "modules.json",
+             R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                 {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+  RunResult r = build_cli(t / "ckpt", t / "out");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("modules.json: this is a sentence-transformers folder; its pooling, normalization and dense "
+                      "modules are not built yet") != std::string::npos);
+}
+
 TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is the transformers.js layout") {
   TempDir t;
   RunResult g = build_cli(encoder_case("bert-base"), t / "genai", "--runtime ort-genai");
@@ -84,15 +100,16 @@ TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is th
 }
 
 TEST_CASE("encoders: full-size configs build without weights, each in well under a second") {
-  // bert-base-uncased, all-MiniLM-L6-v2 (a BertModel), xlm-roberta-large.
+  // The sizes of bert-base-uncased, all-MiniLM-L6-v2 and xlm-roberta-large, as base models (their
+  // masked-LM heads are refused until heads are built).
   const std::vector<std::pair<std::string, nlohmann::json>> configs = {
-      {"bert-base-uncased", {{"model_type", "bert"}, {"architectures", {"BertForMaskedLM"}}, {"hidden_size", 768},
+      {"bert-base-uncased", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 768},
                              {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"intermediate_size", 3072},
                              {"max_position_embeddings", 512}, {"type_vocab_size", 2}, {"vocab_size", 30522}}},
       {"all-MiniLM-L6-v2", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 384},
                             {"num_hidden_layers", 6}, {"num_attention_heads", 12}, {"intermediate_size", 1536},
                             {"max_position_embeddings", 512}, {"type_vocab_size", 2}, {"vocab_size", 30522}}},
-      {"xlm-roberta-large", {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaForMaskedLM"}},
+      {"xlm-roberta-large", {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaModel"}},
                              {"hidden_size", 1024}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
                              {"intermediate_size", 4096}, {"max_position_embeddings", 514}, {"type_vocab_size", 1},
                              {"vocab_size", 250002}, {"pad_token_id", 1}, {"layer_norm_eps", 1e-5}}},

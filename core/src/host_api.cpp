@@ -744,7 +744,8 @@ const char* api_source_file(mobius_context* ctx, const char* name) {
   try {
     const std::string n(name);
     static const char* const kAllowed[] = {"generation_config.json", "tokenizer_config.json",
-                                           "special_tokens_map.json", "chat_template.jinja"};
+                                           "special_tokens_map.json", "chat_template.jinja",
+                                           "modules.json"};
     if (std::find(std::begin(kAllowed), std::end(kAllowed), n) == std::end(kAllowed))
       return nullptr;
     auto it = ctx->source_files.find(n);

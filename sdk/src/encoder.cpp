@@ -122,6 +122,17 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
   c.type_vocab_size = k.type_vocab.empty() ? 0 : r.get_int(k.type_vocab, c.type_vocab_size);
   if (!k.eps.empty()) c.layer_norm_eps = r.get_double(k.eps, c.layer_norm_eps);
+  // A head's checkpoint (BertForSequenceClassification, ...) holds tensors the base model does
+  // not read: refused by name rather than by the tensors left over.
+  const std::vector<std::string> archs = r.get_strings("architectures");
+  if (!archs.empty()) {
+    const std::string& a = archs.front();
+    const size_t for_at = a.find("For");
+    if (for_at != std::string::npos && for_at > 0)
+      r.fail("architectures", "names " + quote_value(a) + ", whose head (" + a.substr(for_at + 3) +
+                                  ") mobius does not build yet; it builds the base model (" + a.substr(0, for_at) +
+                                  "Model) for feature extraction");
+  }
   const std::string pos = r.get_string("position_embedding_type", "absolute");
   if (pos != "absolute")
     r.fail("position_embedding_type", "is " + quote_value(pos) +
@@ -147,6 +158,13 @@ void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const 
   // Buffers the embeddings may save (arange of the positions, and the zero token types).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
   ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
+  // A sentence-transformers folder: its modules (pooling, normalization, dense layers) after the
+  // transformer are not built yet; say so rather than leave them out silently.
+  if (ctx.source_file("modules.json"))
+    ctx.log(MOBIUS_LOG_WARNING,
+            "modules.json: this is a sentence-transformers folder; its pooling, normalization and dense "
+            "modules are not built yet, so the model outputs last_hidden_state" +
+                std::string(spec.names.pooler.empty() ? "" : " and pooler_output") + ", not sentence_embedding");
   EncoderModel model(cfg, spec, prefix);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);

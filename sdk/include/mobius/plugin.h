@@ -348,7 +348,8 @@ typedef struct mobius_host_api {
    * the host, valid during the build); NULL when the build has none. */
   const char* (*source_config)(mobius_context* ctx);
   /* The text of a small file of the checkpoint folder that describes the model for a runtime
-   * (generation_config.json, tokenizer_config.json, special_tokens_map.json), unchanged,
+   * (generation_config.json, tokenizer_config.json, special_tokens_map.json,
+   * chat_template.jinja, a sentence-transformers folder's modules.json), unchanged,
    * NUL-terminated, owned by the host and valid during the build; NULL when the folder has no
    * such file, the build has no folder, or the name is not one of those. The host reads it
    * under the checkpoint folder's file rules and size limits. */

@@ -87,7 +87,8 @@ class BuildContext {
   // too old to say.
   std::optional<std::string> source_config() const;
   // The text of a small runtime file of the checkpoint folder (generation_config.json,
-  // tokenizer_config.json, special_tokens_map.json, chat_template.jinja); nullopt when absent,
+  // tokenizer_config.json, special_tokens_map.json, chat_template.jinja, modules.json); nullopt
+  // when absent,
   // refused by the host's limits, or the host is too old to say.
   std::optional<std::string> source_file(const std::string& name) const;
 
