@@ -1,8 +1,9 @@
 // test_encoders.cpp - the bert plugin's families (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
 // Data2VecText, DistilBERT) beyond their golden parity (tests/parity, tests/golden-encoders): configs that
-// cannot be built are refused naming the key and writing nothing; a head's checkpoint (tensors
-// under "bert." / "roberta.") builds the base model; full-size configs build without weights;
-// GenAI refuses an encoder with the reason.
+// cannot be built are refused naming the key and writing nothing; the head config.json names is
+// built and --task builds another (a head's checkpoint, tensors under "bert." / "roberta.", builds
+// the base model); full-size configs build without weights; GenAI refuses an encoder with the
+// reason.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -38,9 +39,24 @@ TEST_CASE("encoders: configs that cannot be built are refused naming the key; no
        "'n_heads' (5) must divide 'dim' (64)"},
       {"DistilBERT's activation key", "distilbert-base", [](auto& c) { c["activation"] = "swoosh"; },
        "'activation' has unknown activation 'swoosh'"},
-      {"a head's checkpoint", "bert-base", [](auto& c) { c["architectures"] = {"BertForSequenceClassification"}; },
-       "'architectures' names 'BertForSequenceClassification', whose head (SequenceClassification) mobius does not "
-       "build yet; it builds the base model (BertModel) for feature extraction"},
+      {"a head mobius does not build", "bert-base", [](auto& c) { c["architectures"] = {"BertForQuestionAnswering"}; },
+       "'architectures' names 'BertForQuestionAnswering', whose head QuestionAnswering mobius does not build for bert "
+       "(it builds feature-extraction, sequence-classification, token-classification, fill-mask); --task "
+       "feature-extraction builds its base model"},
+      {"a decoder head", "bert-base", [](auto& c) { c["architectures"] = {"BertLMHeadModel"}; },
+       "'architectures' names 'BertLMHeadModel', whose task text-generation mobius does not build for bert"},
+      {"labels disagreeing with the classifier", "bert-seqcls",
+       [](auto& c) { c["id2label"] = {{"0", "a"}, {"1", "b"}, {"2", "c"}, {"3", "d"}}; },
+       "4 labels ('id2label' or 'num_labels'), but the checkpoint's classifier.weight has 3 rows"},
+      {"num_labels disagreeing with id2label", "bert-tokcls", [](auto& c) { c["num_labels"] = 7; },
+       "'num_labels' (7) disagrees with the 5 labels of 'id2label'"},
+      {"no labels", "bert-tokcls",
+       [](auto& c) {
+         c.erase("id2label");
+         c.erase("label2id");
+         c["num_labels"] = 0;
+       },
+       "'num_labels'"},
       {"absurd size", "bert-base", [](auto& c) { c["hidden_size"] = int64_t{1} << 40; }, "'hidden_size'"},
   };
   for (const Bad& b : cases) {
@@ -69,6 +85,52 @@ TEST_CASE("encoders: a head's checkpoint (tensors under the family's prefix) bui
   REQUIRE(a.status == 0);
   REQUIRE(b.status == 0);
   CHECK(read_text(t / "base" / "model.onnx.data") == read_text(t / "head" / "model.onnx.data"));
+}
+
+TEST_CASE("encoders: the head config.json names is built; --task chooses another; list shows the tasks") {
+  TempDir t;
+  // BertForSequenceClassification: logits by default; its base model (with its pooler) by --task.
+  RunResult h = build_cli(encoder_case("bert-seqcls"), t / "head", "--runtime onnxruntime");
+  RunResult b = build_cli(encoder_case("bert-seqcls"), t / "base", "--runtime onnxruntime --task feature-extraction");
+  INFO(h.output);
+  INFO(b.output);
+  REQUIRE(h.status == 0);
+  REQUIRE(b.status == 0);
+  const std::string head = read_text(t / "head" / "model.onnx"), base = read_text(t / "base" / "model.onnx");
+  CHECK(head.find("logits") != std::string::npos);
+  CHECK(head.find("last_hidden_state") == std::string::npos);
+  CHECK(base.find("last_hidden_state") != std::string::npos);
+  CHECK(base.find("pooler_output") != std::string::npos);
+  CHECK(base.find("logits") == std::string::npos);
+  // A token classifier's checkpoint has no pooler: its base model has none either.
+  RunResult tok = build_cli(encoder_case("bert-tokcls"), t / "tok", "--runtime onnxruntime --task feature-extraction");
+  INFO(tok.output);
+  REQUIRE(tok.status == 0);
+  CHECK(read_text(t / "tok" / "model.onnx").find("pooler_output") == std::string::npos);
+  // A task the type does not build: refused before anything is written.
+  RunResult bad = build_cli(encoder_case("bert-base"), t / "bad", "--task text-generation");
+  INFO(bad.output);
+  CHECK(bad.status != 0);
+  CHECK(bad.output.find("--task 'text-generation': bert builds the tasks feature-extraction, sequence-classification, "
+                        "token-classification, fill-mask") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "bad"));
+  // A head built from a base model's checkpoint: the head's tensors are missing, by name.
+  RunResult missing = build_cli(encoder_case("bert-base"), t / "missing", "--task token-classification");
+  INFO(missing.output);
+  CHECK(missing.status != 0);
+  CHECK(missing.output.find("classifier.weight") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "missing"));
+  RunResult list = run(quote(env_or_empty("MOBIUS_CLI")) + " list --json");
+  REQUIRE(list.status == 0);
+  const nlohmann::json types = nlohmann::json::parse(list.output);
+  bool found = false;
+  for (const auto& e : types)
+    if (e["model_type"] == "roberta") {
+      found = true;
+      CHECK(e["tasks"] == nlohmann::json({"feature-extraction", "sequence-classification", "token-classification", "fill-mask"}));
+      CHECK(e["default_runtime"] == "transformers.js");
+    }
+  CHECK(found);
 }
 
 TEST_CASE("encoders: a sentence-transformers folder says its modules are not built yet") {
@@ -100,8 +162,7 @@ TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is th
 }
 
 TEST_CASE("encoders: full-size configs build without weights, each in well under a second") {
-  // The sizes of bert-base-uncased, all-MiniLM-L6-v2 and xlm-roberta-large, as base models (their
-  // masked-LM heads are refused until heads are built).
+  // The sizes of bert-base-uncased, all-MiniLM-L6-v2 and xlm-roberta-large (its masked-LM head).
   const std::vector<std::pair<std::string, nlohmann::json>> configs = {
       {"bert-base-uncased", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 768},
                              {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"intermediate_size", 3072},
@@ -109,7 +170,7 @@ TEST_CASE("encoders: full-size configs build without weights, each in well under
       {"all-MiniLM-L6-v2", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 384},
                             {"num_hidden_layers", 6}, {"num_attention_heads", 12}, {"intermediate_size", 1536},
                             {"max_position_embeddings", 512}, {"type_vocab_size", 2}, {"vocab_size", 30522}}},
-      {"xlm-roberta-large", {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaModel"}},
+      {"xlm-roberta-large", {{"model_type", "xlm-roberta"}, {"architectures", {"XLMRobertaForMaskedLM"}},
                              {"hidden_size", 1024}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
                              {"intermediate_size", 4096}, {"max_position_embeddings", 514}, {"type_vocab_size", 1},
                              {"vocab_size", 250002}, {"pad_token_id", 1}, {"layer_norm_eps", 1e-5}}},

@@ -175,6 +175,7 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
         if (s.model_type == t) shadowed.push_back({{"plugin", s.plugin}, {"library", s.plugin_path}});
       out.push_back({{"model_type", t},
                      {"task", r.task},
+                     {"tasks", r.tasks},
                      {"default_runtime", r.default_runtime.empty() ? std::string("ort-genai") : r.default_runtime},
                      {"plugin", r.plugin},
                      {"version", r.version},
@@ -191,14 +192,21 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
     std::cout << "no architectures registered (see `mobius plugins` for what was found)\n";
     return 0;
   }
+  // Each type's tasks, the one it builds by default first.
+  auto tasks_of = [](const mobius::Registration& r) {
+    std::string s;
+    for (const auto& t : r.tasks.empty() ? std::vector<std::string>{r.task} : r.tasks) s += (s.empty() ? "" : ",") + t;
+    return s;
+  };
   size_t w = 10, tw = 4;
   for (const auto& t : reg.architectures()) {
     w = std::max(w, t.size());
-    tw = std::max(tw, reg.get(t).task.size());
+    tw = std::max(tw, tasks_of(reg.get(t)).size());
   }
   for (const auto& t : reg.architectures()) {
     const auto& r = reg.get(t);
-    std::cout << t << std::string(w + 2 - t.size(), ' ') << r.task << std::string(tw + 2 - r.task.size(), ' ')
+    const std::string tasks = tasks_of(r);
+    std::cout << t << std::string(w + 2 - t.size(), ' ') << tasks << std::string(tw + 2 - tasks.size(), ' ')
               << r.plugin << " "
               << r.version << (r.vendor.empty() ? "" : " (" + r.vendor + ")");
     // Where an alias comes from: the manifest that declared it, and what builds it.
@@ -419,8 +427,15 @@ int main(int argc, char** argv) {
                     "A model type the runtime cannot run is refused with the reason. Default:\n"
                     "the model's task's: ort-genai for text generation (onnxruntime, with a\n"
                     "warning, for a model GenAI cannot run), transformers.js for encoders\n"
-                    "(feature extraction), onnxruntime for the others (Stable Diffusion's graphs)")
+                    "(feature extraction, classification, fill-mask), onnxruntime for the others\n"
+                    "(Stable Diffusion's graphs)")
       ->check(CLI::IsMember(mobius::runtimes()));
+  build->add_option("--task", opts.task,
+                    "The task to build, for a model type that builds several (`mobius list`\n"
+                    "shows each type's): e.g. feature-extraction builds a BERT classifier's base\n"
+                    "model. Default: the head the checkpoint's config.json names in its\n"
+                    "architectures (BertForSequenceClassification: sequence-classification)")
+      ->type_name("TASK");
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.

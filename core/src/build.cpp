@@ -222,6 +222,8 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.runtime_is_default = opts.runtime.empty() ? 1 : 0;
   ctx.graph = opts.graph;
   ctx.options.graph = ctx.graph.empty() ? nullptr : ctx.graph.c_str();
+  ctx.task = opts.task;
+  ctx.options.task = ctx.task.empty() ? nullptr : ctx.task.c_str();
   ctx.source_dir = dir;
   if (!dir.empty() && !opts.quiet && generates_text) {
     // A runtime turns text into ids with the checkpoint's tokenizer; without one the model
@@ -272,6 +274,12 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
     for (const auto& g : reg.graphs) names += (names.empty() ? "" : ", ") + g;
     throw Error("[options] " + reg.model_type + " becomes several graphs (" + names + "): " +
                 (opts.graph.empty() ? "choose one" : "there is no graph '" + opts.graph + "'"));
+  }
+  if (!opts.task.empty() && std::find(reg.tasks.begin(), reg.tasks.end(), opts.task) == reg.tasks.end()) {
+    std::string names;
+    for (const auto& t : reg.tasks) names += (names.empty() ? "" : ", ") + t;
+    throw Error("[options] --task " + quote_name(opts.task) + ": " + reg.model_type + " builds " +
+                (reg.tasks.size() == 1 ? "one task, " : "the tasks ") + names);
   }
   // Only a model that generates text needs the tokenizer beside it (a pipeline keeps its own).
   auto impl = start(reg.model_type, dir, opts, config_text, reg.task == "text-generation",

@@ -334,6 +334,22 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
         throw Error("[abi] model type " + quote_name(model_type) + ": default_runtime " +
                     quote_name(r.default_runtime) + " is not a runtime mobius lays folders out for");
     }
+    if (a->n_tasks > 0) {  // zero when the plugin's struct ends before the field
+      if (!a->tasks || a->n_tasks > 64)
+        throw Error("[abi] model type " + quote_name(model_type) + ": tasks is NULL or lists more than 64");
+      for (size_t i = 0; i < a->n_tasks; ++i) {
+        std::string t = str(a->tasks[i], "task");
+        if (t.empty() || std::find(r.tasks.begin(), r.tasks.end(), t) != r.tasks.end())
+          throw Error("[abi] model type " + quote_name(model_type) + ": task " + quote_name(t) +
+                      " is empty or listed twice");
+        r.tasks.push_back(std::move(t));
+      }
+      if (std::find(r.tasks.begin(), r.tasks.end(), task) == r.tasks.end())
+        throw Error("[abi] model type " + quote_name(model_type) + ": its task " + quote_name(task) +
+                    " is not one of its tasks");
+    } else {
+      r.tasks.push_back(task);
+    }
     auto parse = a->parse_config;
     auto build = a->build;
     void* user = a->user;

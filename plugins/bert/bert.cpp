@@ -1,7 +1,8 @@
 // bert.cpp - the bert plugin: BERT and the families built of its layers, each one row of the
 // SDK's encoder spec (mobius/sdk/encoder.hpp: config key spellings, tensor names, the prefix of
 // its heads' checkpoints, position numbering): BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-// Data2VecText, DistilBERT. Task "feature-extraction".
+// Data2VecText, DistilBERT. Each builds feature extraction, sequence and token classification
+// and fill-mask (the head config.json's architectures names, or --task).
 #include <string>
 #include <vector>
 
@@ -29,16 +30,38 @@ nn::EncoderSpec distilbert() {
   s.names.ffn_out = "ffn.lin2";
   s.names.ffn_norm = "output_layer_norm";
   s.names.pooler = "";
+  // DistilBertForSequenceClassification: classifier(relu(pre_classifier(h[:, 0]))); the masked
+  // LM: vocab_projector(vocab_layer_norm(act(vocab_transform(h)))).
+  s.heads.seq_dense = "pre_classifier";
+  s.heads.seq_act = "relu";
+  s.heads.mlm_dense = "vocab_transform";
+  s.heads.mlm_norm = "vocab_layer_norm";
+  s.heads.mlm_decoder = "vocab_projector";
+  s.heads.mlm_bias = "vocab_projector.bias";
+  return s;
+}
+
+// RoBERTa's heads (modeling_roberta.py): RobertaClassificationHead, out_proj(tanh(dense(h[:, 0])));
+// RobertaLMHead, decoder(layer_norm(gelu(dense(h)))) + bias.
+nn::EncoderSpec roberta_like(const std::string& model_type, const std::string& head_prefix) {
+  nn::EncoderSpec s{model_type, head_prefix, true, {}, {}};
+  s.heads.seq_dense = "classifier.dense";
+  s.heads.seq_out = "classifier.out_proj";
+  s.heads.mlm_dense = "lm_head.dense";
+  s.heads.mlm_act = "gelu";
+  s.heads.mlm_norm = "lm_head.layer_norm";
+  s.heads.mlm_decoder = "lm_head.decoder";
+  s.heads.mlm_bias = "lm_head.bias";
   return s;
 }
 
 const std::vector<nn::EncoderSpec>& families() {
   static const std::vector<nn::EncoderSpec> f = {
       {"bert", "bert.", false, {}, {}},
-      {"roberta", "roberta.", true, {}, {}},
-      {"xlm-roberta", "roberta.", true, {}, {}},
-      {"camembert", "roberta.", true, {}, {}},
-      {"data2vec-text", "data2vec_text.", true, {}, {}},
+      roberta_like("roberta", "roberta."),
+      roberta_like("xlm-roberta", "roberta."),
+      roberta_like("camembert", "roberta."),
+      roberta_like("data2vec-text", "data2vec_text."),
       distilbert(),
   };
   return f;

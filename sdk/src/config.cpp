@@ -65,6 +65,9 @@ constexpr SizeBound kSizeBounds[] = {
     {"full_attention_interval", 1, 1024, 4},
     {"sliding_window_pattern", 1, 1024, 6},
     {"_sliding_window_pattern", 1, 1024, 6},
+    {"num_labels", 1, 1 << 20, 21843},  // image classifiers: ImageNet-21k
+    {"type_vocab_size", 0, 1 << 16, 16},
+    {"embedding_size", 1, 1 << 17, 4096},
 };
 
 // The most parameters a config may describe (layers times their attention and MLP, plus the

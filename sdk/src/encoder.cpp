@@ -1,6 +1,7 @@
 // encoder.cpp - BERT-like encoders built from a spec (mobius/sdk/encoder.hpp).
 #include "mobius/sdk/encoder.hpp"
 
+#include <algorithm>
 #include <cfloat>
 
 #include "mobius/sdk/config.hpp"
@@ -48,7 +49,8 @@ struct EncoderOutputs {
 // The encoder of a family, its tensors under `prefix` ("" or the family's head prefix).
 class EncoderModel : public Module {
  public:
-  EncoderModel(const EncoderConfig& c, const EncoderSpec& s, const std::string& prefix) : cfg(c), spec(s) {
+  EncoderModel(const EncoderConfig& c, const EncoderSpec& s, const std::string& prefix, bool with_pooler)
+      : cfg(c), spec(s) {
     const EncoderNames& n = s.names;
     word = &add<Embedding>(prefix + n.word, c.vocab_size, c.hidden_size);
     position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, c.hidden_size);
@@ -57,7 +59,7 @@ class EncoderModel : public Module {
     embed_norm = &add<LayerNorm>(prefix + n.embed_norm, c.hidden_size, c.layer_norm_eps);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       layers.push_back(&add<EncoderLayer>(prefix + n.layer + std::to_string(i), c, n));
-    if (!n.pooler.empty()) pooler = &add<Linear>(prefix + n.pooler, c.hidden_size, c.hidden_size, true);
+    if (with_pooler) pooler = &add<Linear>(prefix + n.pooler, c.hidden_size, c.hidden_size, true);
   }
 
   EncoderOutputs forward(Graph& g, Value input_ids, Value attention_mask, Value token_type_ids, DType act) const {
@@ -104,6 +106,62 @@ class EncoderModel : public Module {
   const Linear* pooler = nullptr;
 };
 
+// One vector parameter, e.g. a masked-LM head's output bias "cls.predictions.bias": a module at
+// the name's parent path holding the leaf.
+class VectorParam : public Module {
+ public:
+  VectorParam(std::string leaf, int64_t n) : leaf(std::move(leaf)) { declare(this->leaf, {n}); }
+  Value forward(Graph& g) const { return param(g, leaf); }
+  std::string leaf;
+};
+
+// A head on the encoder's outputs (EncoderHeadNames), its tensors at the checkpoint's root.
+class EncoderHead : public Module {
+ public:
+  EncoderHead(const EncoderConfig& c, const EncoderSpec& s, const std::string& task, const EncoderModel& encoder)
+      : task_(task), encoder_(encoder) {
+    const EncoderHeadNames& n = s.heads;
+    if (task == "sequence-classification") {
+      if (!n.seq_dense.empty()) dense_ = &add<Linear>(n.seq_dense, c.hidden_size, c.hidden_size, true);
+      act_ = n.seq_act;
+      out_ = &add<Linear>(n.seq_out, c.hidden_size, c.num_labels, true);
+    } else if (task == "token-classification") {
+      out_ = &add<Linear>(n.token_out, c.hidden_size, c.num_labels, true);
+    } else if (task == "fill-mask") {
+      dense_ = &add<Linear>(n.mlm_dense, c.hidden_size, c.hidden_size, true);
+      act_ = n.mlm_act.empty() ? c.hidden_act : n.mlm_act;
+      norm_ = &add<LayerNorm>(n.mlm_norm, c.hidden_size, c.layer_norm_eps);
+      if (!c.tie_word_embeddings) decoder_ = &add<Linear>(n.mlm_decoder, c.hidden_size, c.vocab_size, false);
+      const size_t dot = n.mlm_bias.rfind('.');
+      bias_ = dot == std::string::npos ? &add<VectorParam>("", n.mlm_bias, c.vocab_size)
+                                       : &add<VectorParam>(n.mlm_bias.substr(0, dot), n.mlm_bias.substr(dot + 1), c.vocab_size);
+    } else {
+      throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] " + s.model_type + ": no encoder head for task " + task);
+    }
+  }
+
+  Value forward(Graph& g, const EncoderOutputs& enc) const {
+    const Value h = enc.last_hidden_state;
+    if (task_ == "sequence-classification") {
+      if (!dense_) return out_->forward(g, enc.pooler_output);  // classifier(pooler_output)
+      Value first = Squeeze(Slice(h, Ints(g, {0}), Ints(g, {1}), {1}), {1});  // h[:, 0]
+      return out_->forward(g, activation_f32(act_, dense_->forward(g, first)));
+    }
+    if (task_ == "token-classification") return out_->forward(g, h);
+    Value t = norm_->forward(g, activation_f32(act_, dense_->forward(g, h)));
+    // The decoder: the word embeddings' table [vocab, hidden] read transposed, or its own weight.
+    Value logits = decoder_ ? decoder_->forward(g, t) : MatMul(t, Transpose(encoder_.word->param(g, "weight"), {1, 0}));
+    return Add(logits, Cast(bias_->forward(g), logits.dtype()));
+  }
+
+ private:
+  std::string task_, act_;
+  const EncoderModel& encoder_;
+  const Linear *dense_ = nullptr, *out_ = nullptr, *decoder_ = nullptr;
+  const LayerNorm* norm_ = nullptr;
+  const VectorParam* bias_ = nullptr;
+};
+
 }  // namespace
 
 EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json& raw) {
@@ -122,17 +180,21 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
   c.type_vocab_size = k.type_vocab.empty() ? 0 : r.get_int(k.type_vocab, c.type_vocab_size);
   if (!k.eps.empty()) c.layer_norm_eps = r.get_double(k.eps, c.layer_norm_eps);
-  // A head's checkpoint (BertForSequenceClassification, ...) holds tensors the base model does
-  // not read: refused by name rather than by the tensors left over.
-  const std::vector<std::string> archs = r.get_strings("architectures");
-  if (!archs.empty()) {
-    const std::string& a = archs.front();
-    const size_t for_at = a.find("For");
-    if (for_at != std::string::npos && for_at > 0)
-      r.fail("architectures", "names " + quote_value(a) + ", whose head (" + a.substr(for_at + 3) +
-                                  ") mobius does not build yet; it builds the base model (" + a.substr(0, for_at) +
-                                  "Model) for feature extraction");
+  // Labels as transformers' PretrainedConfig takes them: id2label's size when it is given.
+  if (r.has("id2label")) {
+    const nlohmann::json& labels = raw.at("id2label");
+    if (!labels.is_object() || labels.empty())
+      r.fail("id2label", "must be a non-empty object of label names");
+    c.num_labels = static_cast<int64_t>(labels.size());
+    check_size_key("num_labels", c.num_labels, "config.json: 'id2label'");
+    if (r.has("num_labels") && r.get_int("num_labels") != c.num_labels)
+      r.fail("num_labels", "(" + std::to_string(r.get_int("num_labels")) + ") disagrees with the " +
+                               std::to_string(c.num_labels) + " labels of 'id2label'");
+  } else {
+    c.num_labels = r.get_int("num_labels", c.num_labels);
   }
+  if (c.num_labels < 1) r.fail("num_labels", "must be at least 1");
+  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", true);
   const std::string pos = r.get_string("position_embedding_type", "absolute");
   if (pos != "absolute")
     r.fail("position_embedding_type", "is " + quote_value(pos) +
@@ -152,20 +214,46 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   return c;
 }
 
-void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg) {
+void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg, const std::string& task) {
+  const EncoderNames& n = spec.names;
+  const EncoderHeadNames& hn = spec.heads;
   const std::string head = spec.head_prefix;
-  const std::string prefix = !head.empty() && ctx.query_tensor(head + spec.names.word + ".weight") ? head : "";
+  const bool weights = !ctx.no_weights();
+  // A head's checkpoint holds the encoder under the head prefix; a base model's at the root.
+  const std::string prefix =
+      !head.empty() && (weights ? ctx.query_tensor(head + n.word + ".weight").has_value() : task != "feature-extraction")
+          ? head
+          : "";
   // Buffers the embeddings may save (arange of the positions, and the zero token types).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
   ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
+  // What a head's checkpoint holds beside the encoder that this task does not read: the other
+  // heads (a classifier's checkpoint built for feature extraction) and an unused pooler.
+  const bool seq_pooled = hn.seq_dense.empty() && !n.pooler.empty();
+  const bool pooler_used = !n.pooler.empty() && (task == "feature-extraction" || (task == "sequence-classification" && seq_pooled));
+  bool pooler = pooler_used;
+  if (pooler_used && weights && task == "feature-extraction")
+    pooler = ctx.query_tensor(prefix + n.pooler + ".weight").has_value();  // BertModel(add_pooling_layer=False)
+  if (!pooler && !n.pooler.empty()) ctx.ignore_tensors(prefix + n.pooler + ".*");
+  if (!prefix.empty()) {
+    std::vector<std::string> used;
+    if (task == "sequence-classification") used = {hn.seq_dense, hn.seq_out};
+    if (task == "token-classification") used = {hn.token_out};
+    if (task == "fill-mask") used = {hn.mlm_dense, hn.mlm_norm, hn.mlm_decoder, hn.mlm_bias};
+    for (const std::string& name : {hn.seq_dense, hn.seq_out, hn.token_out, hn.mlm_dense, hn.mlm_norm, hn.mlm_decoder, hn.mlm_bias})
+      if (!name.empty() && std::find(used.begin(), used.end(), name) == used.end()) {
+        ctx.ignore_tensors(name);
+        ctx.ignore_tensors(name + ".*");
+      }
+  }
   // A sentence-transformers folder: its modules (pooling, normalization, dense layers) after the
   // transformer are not built yet; say so rather than leave them out silently.
-  if (ctx.source_file("modules.json"))
+  if (task == "feature-extraction" && ctx.source_file("modules.json"))
     ctx.log(MOBIUS_LOG_WARNING,
             "modules.json: this is a sentence-transformers folder; its pooling, normalization and dense "
             "modules are not built yet, so the model outputs last_hidden_state" +
-                std::string(spec.names.pooler.empty() ? "" : " and pooler_output") + ", not sentence_embedding");
-  EncoderModel model(cfg, spec, prefix);
+                std::string(pooler ? " and pooler_output" : "") + ", not sentence_embedding");
+  EncoderModel model(cfg, spec, prefix, pooler);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
   const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
@@ -173,16 +261,31 @@ void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const 
   Value mask = g.input("attention_mask", ids_t);
   Value types = model.token_type ? g.input("token_type_ids", ids_t) : Value();
   EncoderOutputs out = model.forward(g, ids, mask, types, act);
-  g.output(out.last_hidden_state, "last_hidden_state");
-  if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+  if (task == "feature-extraction") {
+    g.output(out.last_hidden_state, "last_hidden_state");
+    if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+    return;
+  }
+  // A classifier's rows are its labels: a config that counts others is refused by name before
+  // the weights are planned.
+  const std::string out_name = task == "sequence-classification" ? hn.seq_out : hn.token_out;
+  if (weights && task != "fill-mask")
+    if (auto t = ctx.query_tensor(out_name + ".weight"); t && !t->dims.empty() && t->dims[0] != cfg.num_labels)
+      throw Error(MOBIUS_ERROR_KIND_CONFIG,
+                  "[config] config.json: " + std::to_string(cfg.num_labels) +
+                      " labels ('id2label' or 'num_labels'), but the checkpoint's " + out_name + ".weight has " +
+                      std::to_string(t->dims[0]) + " rows, one per label");
+  EncoderHead heads(cfg, spec, task, model);
+  ScopeGuard s(g, "head");
+  g.output(heads.forward(g, out), "logits");
 }
 
 void register_encoder(PluginRegistrar& r, const EncoderSpec& spec) {
-  r.add(
-      spec.model_type, "feature-extraction",
-      [&spec](const nlohmann::json& raw) { return nlohmann::json(read_encoder_config(spec, raw)); },
+  r.add_tasks(
+      spec.model_type, encoder_tasks(),
+      [&spec](const nlohmann::json& raw, const std::string&) { return nlohmann::json(read_encoder_config(spec, raw)); },
       [&spec](BuildContext& ctx, const nlohmann::json& cfg) {
-        build_feature_extraction(ctx, spec, cfg.get<EncoderConfig>());
+        build_encoder(ctx, spec, cfg.get<EncoderConfig>(), cfg.at("task").get<std::string>());
       });
 }
 

@@ -16,6 +16,9 @@ namespace {
 struct Entry {
   std::string model_type;
   std::string task;
+  std::vector<std::string> tasks;      // several tasks (add_tasks); empty: `task` alone
+  std::vector<const char*> task_names;  // into `tasks`, for the ABI
+  PluginRegistrar::TaskConfigParser parse_task;
   ConfigParser parse;
   GraphBuilder build;
   const mobius_host_api* host = nullptr;
@@ -36,7 +39,20 @@ mobius_status parse_cb(void* user, mobius_context* ctx, const char* config_json,
     // config.json as the user gave it: a JSON error here is a config error. The host checked
     // the limits already; they hold here whatever host this runs in.
     nlohmann::json in = parse_config_text(config_json ? config_json : "", "config.json");
-    std::string s = e->parse(in).dump();
+    nlohmann::json normalized;
+    if (e->tasks.empty()) {
+      normalized = e->parse(in);
+    } else {
+      const mobius_build_options* o = e->host->build_options(ctx);
+      const char* chosen = o && MOBIUS_HAS_FIELD(o, mobius_build_options, task) ? o->task : nullptr;
+      const std::string task = detail::choose_task(e->model_type, e->tasks, chosen ? chosen : "", in);
+      normalized = e->parse_task(in, task);
+      if (!normalized.is_object() || normalized.contains("task"))
+        throw Error(MOBIUS_ERROR_KIND_PLUGIN,
+                    "[plugin] " + e->model_type + ": a normalized config must be an object without a 'task' key");
+      normalized["task"] = task;
+    }
+    std::string s = normalized.dump();
     out->write(out->opaque, s.data(), s.size());
   });
 }
@@ -48,7 +64,15 @@ mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json)
     // The normalized config is the plugin's own output: a problem reading it is the plugin's.
     nlohmann::json cfg = parse_config_text(config_json ? config_json : "", "normalized config",
                                            MOBIUS_ERROR_KIND_PLUGIN);
-    const TaskRow* task = find_task(e->task);
+    std::string task_name = e->task;
+    if (!e->tasks.empty()) {
+      const auto t = cfg.find("task");
+      if (t == cfg.end() || !t->is_string() ||
+          std::find(e->tasks.begin(), e->tasks.end(), t->get<std::string>()) == e->tasks.end())
+        throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] " + e->model_type + ": the normalized config names no task it builds");
+      task_name = t->get<std::string>();
+    }
+    const TaskRow* task = find_task(task_name);
     if (task) detail::check_task_runtime(bc, *task, e->model_type);
     e->build(bc, cfg);
     if (task) {
@@ -56,6 +80,25 @@ mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json)
       if (task->runtime_files) task->runtime_files(bc, e->model_type, cfg);
     }
   });
+}
+
+// Hands an entry to the host as a mobius_architecture.
+void register_entry(const mobius_host_api* host, mobius_registrar* reg, Entry& e) {
+  for (const auto& g : e.graphs) e.graph_names.push_back(g.c_str());
+  mobius_architecture a{};
+  a.struct_size = sizeof(a);
+  a.model_type = e.model_type.c_str();
+  a.task = e.task.c_str();
+  a.user = &e;
+  a.parse_config = &parse_cb;
+  a.build = &build_cb;
+  a.graphs = e.graph_names.empty() ? nullptr : e.graph_names.data();
+  a.n_graphs = e.graph_names.size();
+  a.tasks = e.task_names.empty() ? nullptr : e.task_names.data();
+  a.n_tasks = e.task_names.size();
+  if (const TaskRow* task = find_task(e.task)) a.default_runtime = task->runtimes.front().c_str();
+  if (host->register_architecture(reg, &a) != MOBIUS_OK)
+    throw Error("[plugin] the host refused model type '" + e.model_type + "'");
 }
 
 void report_to_host(const mobius_host_api* host, mobius_context* ctx, mobius_error_kind kind,
@@ -78,21 +121,19 @@ void report_to_host(const mobius_host_api* host, mobius_context* ctx, mobius_err
 void PluginRegistrar::add(const std::string& model_type, const std::string& task,
                           ConfigParser parse, GraphBuilder build, std::vector<std::string> graphs) {
   Entry& e = entries().emplace_back(
-      Entry{model_type, task, std::move(parse), std::move(build), host_, std::move(graphs), {}});
-  for (const auto& g : e.graphs) e.graph_names.push_back(g.c_str());
-  mobius_architecture a{};
-  a.struct_size = sizeof(a);
-  a.model_type = e.model_type.c_str();
-  a.task = e.task.c_str();
-  a.user = &e;
-  a.parse_config = &parse_cb;
-  a.build = &build_cb;
-  a.graphs = e.graph_names.empty() ? nullptr : e.graph_names.data();
-  a.n_graphs = e.graph_names.size();
-  if (const TaskRow* task = find_task(e.task)) a.default_runtime = task->runtimes.front().c_str();
-  if (host_->register_architecture(reg_, &a) != MOBIUS_OK)
-    throw Error("[plugin] the host refused model type '" + model_type + "'");
+      Entry{model_type, task, {}, {}, {}, std::move(parse), std::move(build), host_, std::move(graphs), {}});
+  register_entry(host_, reg_, e);
 }
+
+void PluginRegistrar::add_tasks(const std::string& model_type, std::vector<std::string> tasks, TaskConfigParser parse,
+                                GraphBuilder build) {
+  if (tasks.empty()) throw Error("[plugin] model type '" + model_type + "' registered with no task");
+  Entry& e = entries().emplace_back(
+      Entry{model_type, tasks.front(), std::move(tasks), {}, std::move(parse), {}, std::move(build), host_, {}, {}});
+  for (const auto& t : e.tasks) e.task_names.push_back(t.c_str());
+  register_entry(host_, reg_, e);
+}
+
 
 void PluginRegistrar::add_each(const std::vector<std::string>& model_types, const std::string& task,
                                const TypedParser& parse, const GraphBuilder& build) {

@@ -1,6 +1,9 @@
 // task.cpp - the task table (mobius/sdk/task.hpp).
 #include "mobius/sdk/task.hpp"
 
+#include <algorithm>
+
+#include "mobius/sdk/config.hpp"
 #include "mobius/sdk/plugin.hpp"
 
 namespace mobius {
@@ -41,13 +44,26 @@ const std::vector<TaskRow>& task_table() {
     TaskRow gen = row("text-generation", "a text decoder", {"ort-genai", "onnxruntime", "transformers.js"}, {}, {},
                       {"logits"});
     gen.runtime_files = &text_generation_files;
+    gen.class_suffixes = {"ForCausalLM", "LMHeadModel"};
     t.push_back(std::move(gen));
     t.push_back(row("text-encoding", "a text encoder", {"onnxruntime"},
                     {{"ort-genai", kGenaiOnlyDecoders},
                      {"transformers.js", "mobius lays transformers.js folders out for text generation only so far"}},
                     {"input_ids"}, {"last_hidden_state", "pooler_output"}));
-    t.push_back(row("feature-extraction", "a text encoder", {"transformers.js", "onnxruntime"},
-                    {{"ort-genai", kGenaiOnlyDecoders}}, {"input_ids", "attention_mask"}, {"last_hidden_state"}));
+    // Encoders: the base model and its heads, each what transformers' AutoModel / AutoModelFor*
+    // class of the task computes (logits before any softmax).
+    const Reasons encoder = {{"ort-genai", kGenaiOnlyDecoders}};
+    const Strings text_in = {"input_ids", "attention_mask"};
+    auto encoder_row = [&](std::string name, std::string what, Strings outputs, Strings suffixes) {
+      TaskRow r = row(std::move(name), std::move(what), {"transformers.js", "onnxruntime"}, encoder, text_in,
+                      std::move(outputs));
+      r.class_suffixes = std::move(suffixes);
+      return r;
+    };
+    t.push_back(encoder_row("feature-extraction", "a text encoder", {"last_hidden_state"}, {"Model"}));
+    t.push_back(encoder_row("sequence-classification", "a text classifier", {"logits"}, {"ForSequenceClassification"}));
+    t.push_back(encoder_row("token-classification", "a token classifier", {"logits"}, {"ForTokenClassification"}));
+    t.push_back(encoder_row("fill-mask", "a masked language model", {"logits"}, {"ForMaskedLM", "WithLMHeadModel"}));
     t.push_back(row("image-unet", "a diffusion UNet", {"onnxruntime"}, diffusion,
                     {"sample", "timestep", "encoder_hidden_states"}, {"out_sample"}));
     t.push_back(row("image-vae", "a Stable Diffusion VAE", {"onnxruntime"}, diffusion, {}, {}));
@@ -95,6 +111,43 @@ void check_task_graph(BuildContext& ctx, const TaskRow& task, const std::string&
     if (!g.output_type(n))
       throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] " + model_type + " (task " + task.name +
                                                 "): the graph has no output '" + n + "', which the task promises");
+}
+
+std::string choose_task(const std::string& model_type, const std::vector<std::string>& tasks,
+                        const std::string& chosen, const nlohmann::json& config_json) {
+  auto list = [&] {
+    std::string s;
+    for (const auto& t : tasks) s += (s.empty() ? "" : ", ") + t;
+    return s;
+  };
+  if (!chosen.empty()) {
+    if (std::find(tasks.begin(), tasks.end(), chosen) == tasks.end())
+      throw Error(MOBIUS_ERROR_KIND_CONFIG,
+                  "[config] --task '" + chosen + "': " + model_type + " builds the tasks " + list());
+    return chosen;
+  }
+  const auto archs = config_json.is_object() ? config_json.find("architectures") : config_json.end();
+  if (archs == config_json.end() || !archs->is_array() || archs->empty() || !archs->front().is_string())
+    return tasks.front();
+  const std::string cls = archs->front().get<std::string>();
+  const TaskRow* best = nullptr;
+  size_t best_len = 0;
+  for (const TaskRow& r : task_table())
+    for (const std::string& suffix : r.class_suffixes)
+      if (suffix.size() > best_len && cls.size() > suffix.size() &&
+          cls.compare(cls.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        best = &r;
+        best_len = suffix.size();
+      }
+  if (best && std::find(tasks.begin(), tasks.end(), best->name) != tasks.end()) return best->name;
+  // The class names a head: one of another task, or one no task row describes.
+  const size_t for_at = cls.find("For");
+  const std::string head = best ? "task " + best->name
+                                : (for_at != std::string::npos ? "head " + cls.substr(for_at + 3) : "class");
+  throw Error(MOBIUS_ERROR_KIND_CONFIG,
+              "[config] config.json: 'architectures' names " + quote_value(cls) + ", whose " + head +
+                  " mobius does not build for " + model_type + " (it builds " + list() + "); --task " +
+                  tasks.front() + " builds its " + (tasks.front() == "feature-extraction" ? "base model" : "first task"));
 }
 
 }  // namespace detail

@@ -3,7 +3,7 @@
 //
 //   node tests/runtime/tjs_encoder.mjs OUT_DIR CASE_DIR [ATOL RTOL]
 //
-// AutoModel.from_pretrained(OUT_DIR) (local files only, the dtype the folder's
+// AutoModel (or AutoModelFor<Task>).from_pretrained(OUT_DIR) (local files only, the dtype the folder's
 // transformers.js_config names) is called on encode.input_ids, encode.attention_mask and, when the
 // reference has them, encode.token_type_ids; every output case.json lists is compared with
 // encode.<output> (per-token outputs at real tokens only): |tjs - expected| <= atol + rtol*|expected|.
@@ -44,13 +44,21 @@ tjs.env.allowRemoteModels = false;
 tjs.env.allowLocalModels = true;
 tjs.env.localModelPath = path.dirname(path.resolve(out));
 const cfg = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
+// The Auto class transformers.js loads a model of the case's task with.
+const autoClass = {
+  'feature-extraction': 'AutoModel',
+  'sequence-classification': 'AutoModelForSequenceClassification',
+  'token-classification': 'AutoModelForTokenClassification',
+  'fill-mask': 'AutoModelForMaskedLM',
+}[spec.task];
+if (!autoClass) fail(`no transformers.js Auto class for task '${spec.task}'`);
 let model;
 try {
-  model = await tjs.AutoModel.from_pretrained(path.basename(path.resolve(out)), {
+  model = await tjs[autoClass].from_pretrained(path.basename(path.resolve(out)), {
     local_files_only: true, dtype: cfg['transformers.js_config']?.dtype,
   });
 } catch (e) {
-  fail(`AutoModel.from_pretrained: ${e.message}`);
+  fail(`${autoClass}.from_pretrained: ${e.message}`);
 }
 const tensor = (t) => new tjs.Tensor('int64', BigInt64Array.from(t.data, (v) => BigInt(v)), t.shape);
 const feeds = { input_ids: tensor(ref['encode.input_ids']), attention_mask: tensor(ref['encode.attention_mask']) };

@@ -27,6 +27,9 @@ struct BuildOptions {
   // For a model type that becomes several graphs (Registration::graphs, e.g. a VAE's "encoder"
   // and "decoder"): the one to build. Must be empty for a type of one graph.
   std::string graph;
+  // For a model type that builds several tasks (Registration::tasks): the one to build. Empty:
+  // the plugin builds the one the checkpoint's config.json names (its `architectures`).
+  std::string task;
   bool quiet = false;
   // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,
   // genai_config.json), "onnxruntime" (the graph and its weights only) or "transformers.js"

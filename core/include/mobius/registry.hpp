@@ -15,7 +15,8 @@ namespace mobius {
 // the kind it reported (a plugin error when it reported none).
 struct Registration {
   std::string model_type;
-  std::string task;
+  std::string task;                // the first of `tasks`: what `mobius list` shows first
+  std::vector<std::string> tasks;  // every task it builds (BuildOptions::task chooses one)
   std::string plugin;       // plugin name; "" for architectures registered in-process
   std::string plugin_path;  // its library, when it came from a plugin
   std::string version;      // plugin version

@@ -231,6 +231,10 @@ typedef struct mobius_build_options {
    * mobius_architecture, e.g. a VAE's "encoder" and "decoder"): one of those names. NULL (or
    * absent) for an architecture of one graph. */
   const char* graph;
+  /* The task the user chose (`mobius build --task`), one of the architecture's `tasks`. NULL
+   * (or absent): not chosen; the plugin builds the task the checkpoint names (config.json's
+   * `architectures`, e.g. BertForSequenceClassification) or else its first. */
+  const char* task;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
@@ -273,6 +277,11 @@ typedef struct mobius_architecture {
   /* The runtime a build lays the folder out for when the user names none ("ort-genai",
    * "onnxruntime" or "transformers.js"): the task's. NULL: "ort-genai", as before the field. */
   const char* default_runtime;
+  /* Every task the architecture builds when more than one (e.g. a BERT's "feature-extraction",
+   * "sequence-classification", "token-classification", "fill-mask"), `task` among them: the
+   * build builds build_options->task when the user chose one. NULL and 0: `task` alone. */
+  const char* const* tasks;
+  size_t n_tasks;
 } mobius_architecture;
 #define MOBIUS_ARCHITECTURE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_architecture, build)
 

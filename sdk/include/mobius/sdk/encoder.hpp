@@ -62,12 +62,40 @@ struct EncoderNames {
   std::string pooler = "pooler.dense";
 };
 
+// The heads on a family's encoder, their tensors named from the checkpoint's root (where the
+// encoder sits under the family's head prefix). Logits as transformers' AutoModelFor* compute
+// them, before any softmax.
+struct EncoderHeadNames {
+  // Sequence classification: classifier(pooler_output) (BERT: `classifier`), or, with a dense
+  // layer, out(act(dense(h[:, 0]))) (RoBERTa: classifier.dense, tanh, classifier.out_proj).
+  std::string seq_dense = "";
+  std::string seq_act = "tanh";
+  std::string seq_out = "classifier";
+  // Token classification: classifier(h) per token.
+  std::string token_out = "classifier";
+  // Masked LM: decoder(norm(act(dense(h)))) + bias, the decoder's weight the word embeddings'
+  // unless the checkpoint stores its own; act "" for the config's hidden_act.
+  std::string mlm_dense = "cls.predictions.transform.dense";
+  std::string mlm_act = "";
+  std::string mlm_norm = "cls.predictions.transform.LayerNorm";
+  std::string mlm_decoder = "cls.predictions.decoder";
+  std::string mlm_bias = "cls.predictions.bias";
+};
+
+// The tasks an encoder family builds (the first is the default when config.json names no head).
+inline const std::vector<std::string>& encoder_tasks() {
+  static const std::vector<std::string> t = {"feature-extraction", "sequence-classification", "token-classification",
+                                             "fill-mask"};
+  return t;
+}
+
 struct EncoderSpec {
   std::string model_type;
   std::string head_prefix;              // its tensors in the checkpoints of its heads ("bert.")
   bool positions_from_padding = false;  // RoBERTa's create_position_ids_from_input_ids
   EncoderKeys keys;
   EncoderNames names;
+  EncoderHeadNames heads;
 };
 
 // The normalized config (defaults filled in; BERT's where the family does not set them).
@@ -83,25 +111,33 @@ struct EncoderConfig {
   int64_t type_vocab_size = 2;
   double layer_norm_eps = 1e-12;
   int64_t pad_token_id = 0;  // where positions start for a family numbering them from padding
+  int64_t num_labels = 2;    // classification heads: id2label's size, else num_labels
+  bool tie_word_embeddings = true;  // the masked-LM decoder reads the word embeddings
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EncoderConfig, model_type, pad_token_id, vocab_size, hidden_size,
                                                 num_hidden_layers, num_attention_heads, intermediate_size,
                                                 hidden_act, max_position_embeddings, type_vocab_size,
-                                                layer_norm_eps)
+                                                layer_norm_eps, num_labels, tie_word_embeddings)
 
 // config.json read through the spec's keys and checked (each fault names its key): the position
-// scheme ("absolute" only), the token types, the padding index, the sizes (check_encoder_config).
+// scheme ("absolute" only), the token types, the padding index, the labels, the sizes
+// (check_encoder_config).
 EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json& config_json);
 
-// The feature-extraction graph of a family: input_ids, attention_mask and (with token types)
-// token_type_ids [batch_size, sequence_length] -> last_hidden_state and (with a pooler)
-// pooler_output, in the activation dtype; the weights read under the head prefix when the
-// checkpoint has it.
-void build_feature_extraction(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg);
+// The graph of a family for one of encoder_tasks(): input_ids, attention_mask and (with token
+// types) token_type_ids [batch_size, sequence_length] ->
+//   feature-extraction       last_hidden_state and, where the checkpoint has the pooler,
+//                            pooler_output;
+//   sequence-classification  logits [batch_size, num_labels];
+//   token-classification     logits [batch_size, sequence_length, num_labels];
+//   fill-mask                logits [batch_size, sequence_length, vocab_size];
+// in the activation dtype; the encoder's weights read under the head prefix when the checkpoint
+// has it (a head's checkpoint), the other heads' tensors of such a checkpoint ignored.
+void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg, const std::string& task);
 
-// Registers spec.model_type for task "feature-extraction", its config read by
-// read_encoder_config and its graph built by build_feature_extraction. `spec` is kept by
-// reference: it must live as long as the plugin (a static).
+// Registers spec.model_type for encoder_tasks(), its config read by read_encoder_config and its
+// graph built by build_encoder. `spec` is kept by reference: it must live as long as the plugin
+// (a static).
 void register_encoder(PluginRegistrar& r, const EncoderSpec& spec);
 
 }  // namespace mobius::nn

@@ -34,6 +34,14 @@ class PluginRegistrar {
   using TypedParser = std::function<nlohmann::json(const std::string& model_type, const nlohmann::json& config_json)>;
   void add_each(const std::vector<std::string>& model_types, const std::string& task,
                 const TypedParser& parse, const GraphBuilder& build);
+  // Registers a model type that builds several tasks (e.g. an encoder's "feature-extraction",
+  // "sequence-classification", "token-classification", "fill-mask"; the first is the default).
+  // The build driver chooses the task (detail::choose_task: the user's --task, else the head
+  // config.json's architectures name, else the first), hands it to `parse`, and records it in
+  // the normalized config as "task" (a key `parse` must not set), where `build` reads it.
+  using TaskConfigParser = std::function<nlohmann::json(const nlohmann::json& config_json, const std::string& task)>;
+  void add_tasks(const std::string& model_type, std::vector<std::string> tasks, TaskConfigParser parse,
+                 GraphBuilder build);
   const mobius_host_api* host() const { return host_; }
 
  private:

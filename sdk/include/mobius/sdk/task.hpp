@@ -28,6 +28,10 @@ struct TaskRow {
   // Graph inputs and outputs every model of the task has (a graph missing one is the plugin's
   // error).
   std::vector<std::string> inputs, outputs;
+  // How transformers names a model class of the task, as the end of config.json's
+  // architectures[0] ("ForSequenceClassification"; "Model" for a base model), for a model type
+  // that builds several tasks (detail::choose_task).
+  std::vector<std::string> class_suffixes;
   // Writes the task's runtime files for the build's runtime (nullptr: none).
   void (*runtime_files)(BuildContext& ctx, const std::string& model_type, const nlohmann::json& cfg) = nullptr;
 };
@@ -44,6 +48,12 @@ namespace detail {
 void check_task_runtime(const BuildContext& ctx, const TaskRow& task, const std::string& model_type);
 // The graph has every input and output the task promises (mobius::Error, plugin kind).
 void check_task_graph(BuildContext& ctx, const TaskRow& task, const std::string& model_type);
+// The task a build of a model type that builds `tasks` builds: `chosen` (the user's --task;
+// "" for none), else the one whose class suffix ends config.json's architectures[0] (the
+// longest that does), else the first. A checkpoint whose architectures[0] names a head the type
+// does not build is refused (mobius::Error, config kind, naming the class and what --task builds).
+std::string choose_task(const std::string& model_type, const std::vector<std::string>& tasks,
+                        const std::string& chosen, const nlohmann::json& config_json);
 }  // namespace detail
 
 }  // namespace mobius
