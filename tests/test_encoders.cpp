@@ -133,17 +133,137 @@ TEST_CASE("encoders: the head config.json names is built; --task chooses another
   CHECK(found);
 }
 
-TEST_CASE("encoders: a sentence-transformers folder says its modules are not built yet") {
-  TempDir t;
-  copy_checkpoint(encoder_case("bert-base"), t / "ckpt");
-  write_text(t / "ckpt" / "modules.json",
-             R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                 {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
-  RunResult r = build_cli(t / "ckpt", t / "out");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  CHECK(r.output.find("modules.json: this is a sentence-transformers folder; its pooling, normalization and dense "
-                      "modules are not built yet") != std::string::npos);
+namespace {
+
+// A copy of the st-bert-mean-norm case (a sentence-transformers folder: modules.json, 1_Pooling,
+// 2_Normalize) in `dir`, its files then edited by the caller.
+void copy_sentence_folder(const fs::path& dir) {
+  const fs::path src = encoder_case("st-bert-mean-norm");
+  copy_checkpoint(src, dir);
+  for (const char* f : {"modules.json", "1_Pooling/config.json", "2_Normalize/config.json"}) {
+    fs::create_directories((dir / f).parent_path());
+    write_text(dir / f, read_text(src / f));
+  }
+}
+
+const char* const kPoolingOnly = R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+  {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])";
+
+}  // namespace
+
+TEST_CASE("encoders: a sentence-transformers folder's pooling modes and normalization give sentence_embedding") {
+  // Each pooling mode (both config formats), checked against the pooling sentence-transformers
+  // computes from the same run's last_hidden_state (tests/parity/sentence_pooling.mjs).
+  struct Mode {
+    const char* modes;
+    const char* config;
+    bool normalize;
+  };
+  const std::vector<Mode> modes = {
+      {"cls", R"({"embedding_dimension": 64, "pooling_mode": "cls"})", false},
+      {"max", R"({"embedding_dimension": 64, "pooling_mode": "max"})", true},
+      {"mean_sqrt_len_tokens", R"({"embedding_dimension": 64, "pooling_mode": "mean_sqrt_len_tokens"})", false},
+      {"weightedmean", R"({"embedding_dimension": 64, "pooling_mode": "weightedmean"})", false},
+      {"lasttoken", R"({"embedding_dimension": 64, "pooling_mode": "lasttoken"})", true},
+      {"cls,max,mean",
+       R"({"word_embedding_dimension": 64, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true,
+           "pooling_mode_max_tokens": true, "pooling_mode_mean_sqrt_len_tokens": false, "include_prompt": true})",
+       true},
+  };
+  for (const Mode& m : modes) {
+    CAPTURE(m.modes);
+    TempDir t;
+    copy_sentence_folder(t / "ckpt");
+    write_text(t / "ckpt" / "1_Pooling" / "config.json", m.config);
+    if (!m.normalize) write_text(t / "ckpt" / "modules.json", kPoolingOnly);
+    RunResult b = build_cli(t / "ckpt", t / "out", "--runtime onnxruntime");
+    INFO(b.output);
+    REQUIRE(b.status == 0);
+    RunResult p = run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node tests/parity/sentence_pooling.mjs " +
+                      quote((t / "out").string()) + " " + quote(encoder_case("st-bert-mean-norm").string()) + " " +
+                      m.modes + (m.normalize ? " normalize" : ""));
+    INFO(p.output);
+    CHECK(p.status == 0);
+    CHECK(p.output.find("PASS") != std::string::npos);
+  }
+}
+
+TEST_CASE("encoders: a sentence-transformers folder that cannot be built is refused naming the file and why") {
+  struct Bad {
+    const char* what;
+    std::function<void(const fs::path&)> edit;
+    const char* reason;
+  };
+  const auto modules = [](const std::string& second) {
+    return R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}, )" + second + "]";
+  };
+  const std::vector<Bad> cases = {
+      {"modules.json not JSON", [](const fs::path& d) { write_text(d / "modules.json", "[{"); }, "modules.json"},
+      {"modules.json not a list", [](const fs::path& d) { write_text(d / "modules.json", R"({"0": "x"})"); },
+       "modules.json: must be a list of 1 to 32 modules"},
+      {"an absolute path",
+       [&](const fs::path& d) {
+         write_text(d / "modules.json", modules(R"({"idx": 1, "path": "/etc", "type": "sentence_transformers.models.Pooling"})"));
+       },
+       "modules.json: module 1: 'path' is '/etc', not one folder inside the checkpoint folder"},
+      {"a path with ..",
+       [&](const fs::path& d) {
+         write_text(d / "modules.json", modules(R"({"idx": 1, "path": "../1_Pooling", "type": "sentence_transformers.models.Pooling"})"));
+       },
+       "'path' is '../1_Pooling', not one folder inside the checkpoint folder"},
+      {"a module folder linking out of the checkpoint",
+       [](const fs::path& d) {
+         fs::create_directories(d.parent_path() / "elsewhere");
+         write_text(d.parent_path() / "elsewhere" / "config.json", R"({"embedding_dimension": 64, "pooling_mode": "mean"})");
+         fs::remove_all(d / "1_Pooling");
+         fs::create_directory_symlink(d.parent_path() / "elsewhere", d / "1_Pooling");
+       },
+       "1_Pooling/config.json"},
+      {"a module type of its own code",
+       [&](const fs::path& d) {
+         write_text(d / "modules.json", modules(R"({"idx": 1, "path": "1_Pooling", "type": "my_package.CustomPooling"})"));
+       },
+       "modules.json: module 1: 'type' is 'my_package.CustomPooling', a module mobius does not build"},
+      {"a Dense module",
+       [&](const fs::path& d) {
+         fs::create_directories(d / "2_Dense");
+         write_text(d / "2_Dense" / "config.json", R"({"in_features": 64, "out_features": 32, "bias": true})");
+         write_text(d / "modules.json",
+                    modules(R"({"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                               {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"})"));
+       },
+       "mobius does not build sentence-transformers' Dense modules yet"},
+      {"a pooling size that is not the model's",
+       [](const fs::path& d) { write_text(d / "1_Pooling" / "config.json", R"({"embedding_dimension": 32, "pooling_mode": "mean"})"); },
+       "1_Pooling/config.json: 'embedding_dimension' (32) is not the transformer's hidden size (64)"},
+      {"an unknown pooling mode",
+       [](const fs::path& d) { write_text(d / "1_Pooling" / "config.json", R"({"embedding_dimension": 64, "pooling_mode": "median"})"); },
+       "'pooling_mode' names 'median', which is not a pooling mode"},
+      {"no pooling mode",
+       [](const fs::path& d) {
+         write_text(d / "1_Pooling" / "config.json", R"({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": false})");
+       },
+       "1_Pooling/config.json: turns on no pooling mode"},
+      {"a missing pooling config", [](const fs::path& d) { fs::remove(d / "1_Pooling" / "config.json"); },
+       "1_Pooling/config.json: is missing"},
+      {"the transformer not first",
+       [](const fs::path& d) {
+         write_text(d / "modules.json", R"([{"idx": 0, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+       },
+       "the first module must be sentence_transformers' Transformer"},
+  };
+  for (const Bad& b : cases) {
+    CAPTURE(b.what);
+    TempDir t;
+    copy_sentence_folder(t / "ckpt");
+    b.edit(t / "ckpt");
+    RunResult r = build_cli(t / "ckpt", t / "out");
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.output.find(b.reason) != std::string::npos);
+    CHECK(r.output.find("terminate") == std::string::npos);
+    CHECK_FALSE(fs::exists(t / "out"));
+  }
 }
 
 TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is the transformers.js layout") {

@@ -364,8 +364,20 @@ ModelPackage build_folder(const FolderConfig& c, const Registration& reg, const 
                          "building '" + model_type + "'");
     if (e.kind() != ErrorKind::Config) throw;
     std::string m = e.what();
-    if (m.find(cfg.string()) != std::string::npos) throw;
+    // A message naming a file of the folder already (config.json, or a file the plugin read
+    // beside it) keeps it; one naming a file by its name in the folder ("modules.json: ...",
+    // "1_Pooling/config.json: ...") gets the folder's path; any other is about config.json.
+    if (m.find(cfg.string()) != std::string::npos || (!c.dir.empty() && m.find(c.dir.string() + "/") != std::string::npos))
+      throw;
     if (m.rfind("[config] ", 0) == 0) m = m.substr(9);
+    const size_t colon = m.find(": ");
+    const std::string named = colon == std::string::npos ? "" : m.substr(0, colon);
+    if (!named.empty() && named.size() <= 256 && named.find_first_of(" '\"") == std::string::npos &&
+        named.find("..") == std::string::npos && named[0] != '/' && !c.dir.empty()) {
+      std::error_code ec;
+      if (fs::exists(c.dir / named, ec) || fs::is_symlink(c.dir / named, ec))
+        throw Error(ErrorKind::Config, "[config] " + (c.dir / named).string() + m.substr(colon));
+    }
     throw Error(ErrorKind::Config, "[config] " + cfg.string() + ": " + m);
   } catch (const std::bad_alloc&) {
     throw Error(ErrorKind::Internal, "[internal] out of memory building '" + model_type + "'");

@@ -753,38 +753,69 @@ const char* api_source_config(mobius_context* ctx) {
   return *ctx->source_config_ok ? ctx->source_config->c_str() : nullptr;
 }
 
-// A small file of the checkpoint folder a runtime config is made from, read once under the
-// folder's rule; JSON files only when within the config limits. Anything else: none.
+// The small files a plugin may read from the checkpoint folder: the runtime files a runtime
+// config is made from, a sentence-transformers folder's modules.json, and a module's config
+// ("<module>/config.json", the module one folder name of letters, digits, '_', '-' and '.', not
+// starting with '.').
+bool allowed_source_file(const std::string& n) {
+  static const char* const kAllowed[] = {"generation_config.json", "tokenizer_config.json",
+                                         "special_tokens_map.json", "chat_template.jinja", "modules.json"};
+  if (std::find(std::begin(kAllowed), std::end(kAllowed), n) != std::end(kAllowed)) return true;
+  const size_t slash = n.find('/');
+  if (slash == std::string::npos || n.substr(slash) != "/config.json") return false;
+  const std::string module = n.substr(0, slash);
+  return !module.empty() && module.size() <= 128 && module[0] != '.' &&
+         module.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+             std::string::npos;
+}
+
+// A small file of the checkpoint folder, read once under the folder's rule; JSON files only
+// when within the config limits. nullopt when the folder has none; throws mobius::Error
+// "[checkpoint] <file>: <reason>" when it cannot be read.
+const std::optional<std::string>& read_source_file(mobius_context* ctx, const std::string& n) {
+  if (!allowed_source_file(n))
+    throw Error("[abi] " + quote_name(n) + " is not a file of the checkpoint folder a plugin may read");
+  auto it = ctx->source_files.find(n);
+  if (it != ctx->source_files.end()) return it->second;
+  std::optional<std::string> text;
+  const std::filesystem::path shown = ctx->source_dir / n;
+  const mobius::ModelFolder folder(ctx->source_dir);
+  const size_t slash = n.find('/');
+  if (slash == std::string::npos ? folder.has(n) : folder.has(n.substr(0, slash))) {
+    FolderResult r = folder.try_open(n);
+    if (r.error == FolderError::Missing) {
+      // A module folder without the file: absent.
+    } else {
+      text = folder.read_text(n, shown.string(), "checkpoint", kConfigLimits.max_bytes);
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0) parse_json_limited(*text, shown.string(), kConfigLimits);
+      if (text->find('\0') != std::string::npos)
+        throw Error("[checkpoint] " + shown.string() + ": holds a NUL byte; it is not a text file");
+    }
+  }
+  return ctx->source_files.emplace(n, std::move(text)).first->second;
+}
+
+// source_file: read_source_file with every failure as absence.
 const char* api_source_file(mobius_context* ctx, const char* name) {
   if (!ctx || !name || ctx->source_dir.empty()) return nullptr;
   try {
-    const std::string n(name);
-    static const char* const kAllowed[] = {"generation_config.json", "tokenizer_config.json",
-                                           "special_tokens_map.json", "chat_template.jinja",
-                                           "modules.json"};
-    if (std::find(std::begin(kAllowed), std::end(kAllowed), n) == std::end(kAllowed))
-      return nullptr;
-    auto it = ctx->source_files.find(n);
-    if (it == ctx->source_files.end()) {
-      std::optional<std::string> text;
-      try {
-        const mobius::ModelFolder folder(ctx->source_dir);
-        if (folder.has(n)) {
-          text = folder.read_text(n, (ctx->source_dir / n).string(), "checkpoint",
-                                  kConfigLimits.max_bytes);
-          if (n.size() > 5 && n.compare(n.size() - 5, 5, ".json") == 0)
-            parse_json_limited(*text, n, kConfigLimits);
-          if (text->find('\0') != std::string::npos) text.reset();
-        }
-      } catch (const std::exception&) {
-        text.reset();  // unreadable, too large or too deep: as if absent
-      }
-      it = ctx->source_files.emplace(n, std::move(text)).first;
-    }
-    return it->second ? it->second->c_str() : nullptr;
+    const std::optional<std::string>& text = read_source_file(ctx, name);
+    return text ? text->c_str() : nullptr;
   } catch (...) {
-    return nullptr;
+    return nullptr;  // unreadable, too large or too deep: as if absent
   }
+}
+
+mobius_status api_read_source_file(mobius_context* ctx, const char* name, mobius_string_sink* out, int32_t* found) {
+  if (found) *found = 0;
+  return guarded(ctx, [&] {
+    if (!name || !out || !out->write || !found) throw Error("[abi] read_source_file: NULL argument");
+    if (ctx->source_dir.empty()) return;
+    const std::optional<std::string>& text = read_source_file(ctx, name);
+    if (!text) return;
+    *found = 1;
+    out->write(out->opaque, text->data(), text->size());
+  });
 }
 
 mobius_host_api make_api() {
@@ -815,6 +846,7 @@ mobius_host_api make_api() {
   a.source_config = &api_source_config;
   a.source_file = &api_source_file;
   a.plan_layout = &api_plan_layout;
+  a.read_source_file = &api_read_source_file;
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include "mobius/sdk/config.hpp"
 #include "mobius/sdk/ops.hpp"
 #include "mobius/sdk/plugin.hpp"
+#include "mobius/sdk/sentence.hpp"
 
 namespace mobius::nn {
 namespace {
@@ -246,13 +247,9 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
         ctx.ignore_tensors(name + ".*");
       }
   }
-  // A sentence-transformers folder: its modules (pooling, normalization, dense layers) after the
-  // transformer are not built yet; say so rather than leave them out silently.
-  if (task == "feature-extraction" && ctx.source_file("modules.json"))
-    ctx.log(MOBIUS_LOG_WARNING,
-            "modules.json: this is a sentence-transformers folder; its pooling, normalization and dense "
-            "modules are not built yet, so the model outputs last_hidden_state" +
-                std::string(pooler ? " and pooler_output" : "") + ", not sentence_embedding");
+  // A sentence-transformers folder: its pooling and normalization add sentence_embedding.
+  const std::optional<SentenceModules> sentence =
+      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
   EncoderModel model(cfg, spec, prefix, pooler);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
@@ -264,6 +261,8 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   if (task == "feature-extraction") {
     g.output(out.last_hidden_state, "last_hidden_state");
     if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+    if (sentence && sentence->pooling.modes() > 0)
+      g.output(sentence_embedding(g, *sentence, out.last_hidden_state, mask, act), "sentence_embedding");
     return;
   }
   // A classifier's rows are its labels: a config that counts others is refused by name before

@@ -377,6 +377,25 @@ std::optional<std::string> BuildContext::source_file(const std::string& name) co
   return std::string(text);
 }
 
+std::optional<std::string> BuildContext::read_source_file(const std::string& name) const {
+  if (!MOBIUS_HAS_FIELD(host_, mobius_host_api, read_source_file) || !host_->read_source_file)
+    return source_file(name);
+  std::string text;
+  mobius_string_sink sink{&text, [](void* o, const char* d, size_t n) {
+                            try {
+                              static_cast<std::string*>(o)->append(d, n);
+                            } catch (...) {
+                            }
+                          }};
+  int32_t found = 0;
+  if (host_->read_source_file(ctx_, name.c_str(), &sink, &found) != MOBIUS_OK) {
+    const char* why = host_->last_error ? host_->last_error(ctx_) : nullptr;
+    throw Error(MOBIUS_ERROR_KIND_CONFIG, why && *why ? why : "[checkpoint] " + name + ": cannot be read");
+  }
+  if (!found) return std::nullopt;
+  return text;
+}
+
 std::string BuildContext::runtime() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, runtime) && o->runtime) return o->runtime;

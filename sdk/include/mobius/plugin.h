@@ -374,6 +374,15 @@ typedef struct mobius_host_api {
   mobius_status (*plan_layout)(mobius_context* ctx, const char* initializer,
                                const char* const* checkpoint_tensors, size_t n,
                                const mobius_weight_layout* layout);
+  /* A small file of the checkpoint folder, read as source_file reads one but saying why it could
+   * not be: source_file's names, and a sentence-transformers folder's module configs
+   * ("<module>/config.json", the module a single folder name). Returns MOBIUS_OK with the text
+   * written to `out` (`found` 1), MOBIUS_OK with `found` 0 when the folder has no such file (or
+   * the build no folder), MOBIUS_ERROR when it cannot be read: a link leaving the folder, not a
+   * regular file, larger than the limit, JSON beyond the config limits, a name not allowed
+   * (last_error says which file and why). */
+  mobius_status (*read_source_file)(mobius_context* ctx, const char* name, mobius_string_sink* out,
+                                    int32_t* found);
 } mobius_host_api;
 #define MOBIUS_HOST_API_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_host_api, query_tensor)
 

@@ -91,6 +91,11 @@ class BuildContext {
   // when absent,
   // refused by the host's limits, or the host is too old to say.
   std::optional<std::string> source_file(const std::string& name) const;
+  // The same files and a sentence-transformers module's config ("1_Pooling/config.json"):
+  // nullopt when the folder has none; throws mobius::Error (config kind) naming the file and why
+  // when it cannot be read (a link leaving the folder, too large, JSON beyond the limits). From a
+  // host too old to say why: source_file.
+  std::optional<std::string> read_source_file(const std::string& name) const;
 
   void log(int level, const std::string& msg) const;
   // Throws mobius::Error with the host's message when st != MOBIUS_OK.
