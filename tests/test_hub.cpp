@@ -283,6 +283,7 @@ TEST_CASE("hub: a build from a hub id equals the build from the folder; the cach
     std::set<std::string> allowed = {"config.json", "model.safetensors.index.json", "model.safetensors",
                                      "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     for (const auto& f : hub::optional_files()) allowed.insert(f);
+    allowed.insert(hub::kSentenceModules);  // asked, absent
     for (const auto& e : requests(log, "hub")) {
       CHECK(allowed.count(e["file"].get<std::string>()));
       CHECK(e["auth"] == "Bearer hf_secret");
@@ -384,6 +385,32 @@ TEST_CASE("hub: the files a build needs, and only those") {
   r = mobius_cli(hub_env(hub, home), "build -q --no-weights --model org/cfg-only " + quote((t / "out-nw").string()));
   INFO(r.output);
   CHECK(r.status == 0);
+}
+
+TEST_CASE("hub: a sentence-transformers repository: modules.json and each module's config; a hostile one is refused") {
+  TempDir t;
+  const fs::path st_case = fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-encoders" / "st-bert-mean-norm";
+  const fs::path repo = t / "repo";
+  copy_dir(st_case, repo);
+  const fs::path hostile = t / "hostile";
+  copy_dir(st_case, hostile);
+  write_text(hostile / "modules.json",
+             R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+                 {"idx": 1, "path": "../../etc", "type": "sentence_transformers.models.Pooling"}])");
+  HubServer hub(t.path(), {{"repos", repos({{"org/st", repo}, {"org/hostile", hostile}})}});
+  const fs::path home = t / "hf";
+  RunResult r = mobius_cli(hub_env(hub, home), "build -q --runtime onnxruntime --model org/st " + quote((t / "out").string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  check_layout(home, "org/st", {"config.json", "model.safetensors", "modules.json", "1_Pooling/config.json",
+                                "2_Normalize/config.json", "tokenizer.json", "tokenizer_config.json"});
+  CHECK(read_text(t / "out" / "model.onnx").find("sentence_embedding") != std::string::npos);
+  hub.reset();
+  r = mobius_cli(hub_env(hub, home), "download -q org/hostile");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("modules.json: module 1's path '../../etc' is not a folder name") != std::string::npos);
+  for (const auto& e : hub.log()) CHECK(e["file"].get<std::string>().find("etc") == std::string::npos);
 }
 
 TEST_CASE("hub: revisions: branch, tag, commit, @REV; refs/ as huggingface_hub writes it") {

@@ -203,6 +203,17 @@ void Session::resolve_root(http::Client& c) {
   fetch_now(c, Item{kModelIndex, std::move(*p)});
 }
 
+// A sentence-transformers repository: modules.json (fetched now, to be read) and the config of
+// each module it lists.
+void Session::fetch_sentence_modules(http::Client& c) {
+  Item it;
+  const Probe p = probe(c, kSentenceModules, &it);
+  if (p == Probe::Missing) return;
+  if (p == Probe::Found) fetch_now(c, it);
+  probe_all(sentence_module_configs(rc_.pointer(commit_, kSentenceModules), in_commit(kSentenceModules)),
+            /*required=*/false);
+}
+
 // A pipeline's components: C/config.json of each (a model when it exists); the known small files
 // of the others; the weights of the models.
 void Session::fetch_pipeline() {
@@ -236,6 +247,7 @@ ModelSource Session::run() {
     fetch_pipeline();
   } else {
     probe_all(optional_files(), /*required=*/false);
+    fetch_sentence_modules(c);
     if (opts_.weights) choose_weights(c, "");
   }
   download_all();
@@ -443,6 +455,30 @@ std::vector<std::string> pipeline_components(const fs::path& index_file, const s
   }
   if (out.size() > kMaxComponents)
     throw Error("[hub] " + display + ": more than " + std::to_string(kMaxComponents) + " components");
+  return out;
+}
+
+std::vector<std::string> sentence_module_configs(const fs::path& modules_file, const std::string& display) {
+  constexpr TextLimits kModulesLimits{kSentenceModulesMax, 16, 1u << 12};
+  const std::string text = read_limited(modules_file, display, kModulesLimits.max_bytes);
+  const nlohmann::json j = parse_json_limited(text, display, kModulesLimits, "hub");
+  if (!j.is_array() || j.size() > kMaxComponents)
+    throw Error("[hub] " + display + ": not a list of at most " + std::to_string(kMaxComponents) +
+                " modules; nothing was requested for it");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto path = j[i].is_object() ? j[i].find("path") : j[i].end();
+    if (!j[i].is_object() || path == j[i].end() || !path->is_string())
+      throw Error("[hub] " + display + ": module " + std::to_string(i) +
+                  " has no 'path' string; nothing was requested for it");
+    const std::string p = path->get<std::string>();
+    if (p.empty()) continue;  // the Transformer: the repository's root
+    if (!is_component_name(p))
+      throw Error("[hub] " + display + ": module " + std::to_string(i) + "'s path " + quote_name(p) +
+                  " is not a folder name (letters, digits, '_', '-' and '.', not starting with '.'); nothing "
+                  "was requested for it");
+    out.push_back(p + "/config.json");
+  }
   return out;
 }
 

@@ -30,6 +30,15 @@ inline const std::vector<std::string>& optional_files() {
   return v;
 }
 
+// A sentence-transformers folder's list of modules (at most 1 MiB of JSON).
+inline constexpr const char* kSentenceModules = "modules.json";
+inline constexpr uint64_t kSentenceModulesMax = 1u << 20;
+// The config of each module modules.json lists with a folder ("1_Pooling/config.json"), the
+// Transformer (path "") left out. Throws mobius::Error "[hub] <display>: ..." for a file that is
+// not a list of modules, a module without a 'path' string, or a path is_component_name refuses.
+std::vector<std::string> sentence_module_configs(const std::filesystem::path& modules_file,
+                                                 const std::string& display);
+
 // Weights, in the order they are looked for: the first one the repository has is taken.
 struct WeightFormat {
   const char* index;

@@ -150,6 +150,7 @@ class Session {
   void fetch_now(http::Client& c, const Item& item);
   void choose_weights(http::Client& c, const std::string& component);
   void fetch_pipeline();
+  void fetch_sentence_modules(http::Client& c);
 
   [[noreturn]] void fail_status(const http::Response& r, const std::string& url,
                                 const std::string& file, const std::string& rev) const;
