@@ -1,8 +1,9 @@
 // bert.cpp - the bert plugin: BERT and the families built of its layers, each one row of the
 // SDK's encoder spec (mobius/sdk/encoder.hpp: config key spellings, tensor names, the prefix of
 // its heads' checkpoints, position numbering): BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-// Data2VecText, DistilBERT. Each builds feature extraction, sequence and token classification
-// and fill-mask (the head config.json's architectures names, or --task).
+// Data2VecText, DistilBERT, ELECTRA, ALBERT, Megatron-BERT. Each builds feature extraction,
+// sequence and token classification and fill-mask (the head config.json's architectures names,
+// or --task).
 #include <string>
 #include <vector>
 
@@ -55,6 +56,67 @@ nn::EncoderSpec roberta_like(const std::string& model_type, const std::string& h
   return s;
 }
 
+// ELECTRA (modeling_electra.py): BERT's layers under "electra.", the embeddings embedding_size
+// wide and projected to the hidden size (embeddings_project) when the two differ; no pooler.
+// Heads: ElectraClassificationHead, out_proj(gelu(dense(h[:, 0]))); the generator's masked LM,
+// generator_lm_head(LayerNorm(gelu(generator_predictions.dense(h)))), its weight the word
+// embeddings', its bias its own.
+nn::EncoderSpec electra() {
+  nn::EncoderSpec s{"electra", "electra.", false, {}, {}};
+  s.keys.embedding = "embedding_size";
+  s.names.embed_project = "embeddings_project";
+  s.names.pooler = "";
+  s.heads.seq_dense = "classifier.dense";
+  s.heads.seq_act = "gelu";
+  s.heads.seq_out = "classifier.out_proj";
+  s.heads.mlm_dense = "generator_predictions.dense";
+  s.heads.mlm_act = "gelu";
+  s.heads.mlm_norm = "generator_predictions.LayerNorm";
+  s.heads.mlm_decoder = "generator_lm_head";
+  s.heads.mlm_bias = "generator_lm_head.bias";
+  return s;
+}
+
+// ALBERT (modeling_albert.py): embeddings embedding_size wide, always mapped to the hidden size
+// (encoder.embedding_hidden_mapping_in); num_hidden_groups groups of inner_group_num layers
+// shared by the num_hidden_layers layers; each layer post-norm with its own names; the pooler a
+// bare Linear ("pooler", tanh). Masked LM: predictions.decoder(LayerNorm(act(predictions.dense(h))))
+// + predictions.bias, the decoder the word embeddings.
+nn::EncoderSpec albert() {
+  nn::EncoderSpec s{"albert", "albert.", false, {}, {}};
+  s.keys.embedding = "embedding_size";
+  s.names.embed_project = "encoder.embedding_hidden_mapping_in";
+  s.names.embed_project_always = true;
+  s.names.layer = "encoder.albert_layer_groups.";
+  s.names.group_layer = "albert_layers.";
+  s.names.query = "attention.query";
+  s.names.key = "attention.key";
+  s.names.value = "attention.value";
+  s.names.attn_out = "attention.dense";
+  s.names.attn_norm = "attention.LayerNorm";
+  s.names.ffn_in = "ffn";
+  s.names.ffn_out = "ffn_output";
+  s.names.ffn_norm = "full_layer_layer_norm";
+  s.names.pooler = "pooler";
+  s.heads.mlm_dense = "predictions.dense";
+  s.heads.mlm_norm = "predictions.LayerNorm";
+  s.heads.mlm_decoder = "predictions.decoder";
+  s.heads.mlm_bias = "predictions.bias";
+  return s;
+}
+
+// Megatron-BERT (modeling_megatron_bert.py): BERT's heads and prefix ("bert."), pre-norm layers
+// (attention.ln before the attention, ln before the MLP), no embedding norm, a final encoder.ln.
+nn::EncoderSpec megatron_bert() {
+  nn::EncoderSpec s{"megatron-bert", "bert.", false, {}, {}};
+  s.pre_norm = true;
+  s.names.embed_norm = "";
+  s.names.attn_norm = "attention.ln";
+  s.names.ffn_norm = "ln";
+  s.names.final_norm = "encoder.ln";
+  return s;
+}
+
 const std::vector<nn::EncoderSpec>& families() {
   static const std::vector<nn::EncoderSpec> f = {
       {"bert", "bert.", false, {}, {}},
@@ -63,6 +125,9 @@ const std::vector<nn::EncoderSpec>& families() {
       roberta_like("camembert", "roberta."),
       roberta_like("data2vec-text", "data2vec_text."),
       distilbert(),
+      electra(),
+      albert(),
+      megatron_bert(),
   };
   return f;
 }

@@ -29,13 +29,19 @@ class EncoderLayer : public Module {
     ffn_out = &add<Linear>(n.ffn_out, c.intermediate_size, c.hidden_size, true);
     ffn_norm = &add<LayerNorm>(n.ffn_norm, c.hidden_size, c.layer_norm_eps);
   }
-  Value forward(Graph& g, Value h, Value mask_bias) const {
+  Value forward(Graph& g, Value h, Value mask_bias, bool pre_norm) const {
     ScopeGuard s(g, path());
-    auto qkv = packed_linears(g, h, {query, key, value}, full_name("qkv"));
-    Value o = encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias);
-    Value a = attn_norm->forward(g, Add(attn_out->forward(g, o), h));
-    Value y = ffn_out->forward(g, activation_f32(act, ffn_in->forward(g, a)));
-    return ffn_norm->forward(g, Add(y, a));
+    auto attention = [&](Value x) {
+      auto qkv = packed_linears(g, x, {query, key, value}, full_name("qkv"));
+      return attn_out->forward(g, encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias));
+    };
+    auto ffn = [&](Value x) { return ffn_out->forward(g, activation_f32(act, ffn_in->forward(g, x))); };
+    if (pre_norm) {
+      Value a = Add(h, attention(attn_norm->forward(g, h)));
+      return Add(a, ffn(ffn_norm->forward(g, a)));
+    }
+    Value a = attn_norm->forward(g, Add(attention(h), h));
+    return ffn_norm->forward(g, Add(ffn(a), a));
   }
   std::string act;
   int64_t heads, head_dim;
@@ -53,13 +59,28 @@ class EncoderModel : public Module {
   EncoderModel(const EncoderConfig& c, const EncoderSpec& s, const std::string& prefix, bool with_pooler)
       : cfg(c), spec(s) {
     const EncoderNames& n = s.names;
-    word = &add<Embedding>(prefix + n.word, c.vocab_size, c.hidden_size);
-    position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, c.hidden_size);
+    const int64_t e = c.embedding_size;
+    word = &add<Embedding>(prefix + n.word, c.vocab_size, e);
+    position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, e);
     if (c.type_vocab_size > 0 && !n.token_type.empty())
-      token_type = &add<Embedding>(prefix + n.token_type, c.type_vocab_size, c.hidden_size);
-    embed_norm = &add<LayerNorm>(prefix + n.embed_norm, c.hidden_size, c.layer_norm_eps);
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-      layers.push_back(&add<EncoderLayer>(prefix + n.layer + std::to_string(i), c, n));
+      token_type = &add<Embedding>(prefix + n.token_type, c.type_vocab_size, e);
+    if (!n.embed_norm.empty()) embed_norm = &add<LayerNorm>(prefix + n.embed_norm, e, c.layer_norm_eps);
+    if (!n.embed_project.empty() && (n.embed_project_always || e != c.hidden_size))
+      embed_project = &add<Linear>(prefix + n.embed_project, e, c.hidden_size, true);
+    if (n.group_layer.empty()) {
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        layers.push_back(&add<EncoderLayer>(prefix + n.layer + std::to_string(i), c, n));
+    } else {
+      // ALBERT: each group's layers once, run in order by every layer of the group's share.
+      std::vector<std::vector<const EncoderLayer*>> groups(c.num_hidden_groups);
+      for (int64_t gi = 0; gi < c.num_hidden_groups; ++gi)
+        for (int64_t j = 0; j < c.inner_group_num; ++j)
+          groups[gi].push_back(&add<EncoderLayer>(
+              prefix + n.layer + std::to_string(gi) + "." + n.group_layer + std::to_string(j), c, n));
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        for (const EncoderLayer* l : groups[i * c.num_hidden_groups / c.num_hidden_layers]) layers.push_back(l);
+    }
+    if (!n.final_norm.empty()) final_norm = &add<LayerNorm>(prefix + n.final_norm, c.hidden_size, c.layer_norm_eps);
     if (with_pooler) pooler = &add<Linear>(prefix + n.pooler, c.hidden_size, c.hidden_size, true);
   }
 
@@ -79,7 +100,8 @@ class EncoderModel : public Module {
         h = Add(h, Cast(rows, act));
       }
       if (token_type) h = Add(h, token_type->forward(g, token_type_ids, act));
-      h = embed_norm->forward(g, h);
+      if (embed_norm) h = embed_norm->forward(g, h);
+      if (embed_project) h = embed_project->forward(g, h);
     }
     Value mask_bias;
     {
@@ -89,7 +111,8 @@ class EncoderModel : public Module {
       Value bias = Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0));
       mask_bias = Unsqueeze(bias, {1, 2});  // [b, 1, 1, s]
     }
-    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias);
+    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias, spec.pre_norm);
+    if (final_norm) h = final_norm->forward(g, h);
     EncoderOutputs out;
     out.last_hidden_state = h;
     if (!pooler) return out;
@@ -102,7 +125,8 @@ class EncoderModel : public Module {
   EncoderConfig cfg;
   const EncoderSpec& spec;
   const Embedding *word, *position, *token_type = nullptr;
-  const LayerNorm* embed_norm;
+  const LayerNorm *embed_norm = nullptr, *final_norm = nullptr;
+  const Linear* embed_project = nullptr;
   std::vector<const EncoderLayer*> layers;
   const Linear* pooler = nullptr;
 };
@@ -129,10 +153,12 @@ class EncoderHead : public Module {
     } else if (task == "token-classification") {
       out_ = &add<Linear>(n.token_out, c.hidden_size, c.num_labels, true);
     } else if (task == "fill-mask") {
-      dense_ = &add<Linear>(n.mlm_dense, c.hidden_size, c.hidden_size, true);
+      // The transform maps to the embeddings' width, where the decoder (the word embeddings) is.
+      const int64_t e = c.embedding_size;
+      dense_ = &add<Linear>(n.mlm_dense, c.hidden_size, e, true);
       act_ = n.mlm_act.empty() ? c.hidden_act : n.mlm_act;
-      norm_ = &add<LayerNorm>(n.mlm_norm, c.hidden_size, c.layer_norm_eps);
-      if (!c.tie_word_embeddings) decoder_ = &add<Linear>(n.mlm_decoder, c.hidden_size, c.vocab_size, false);
+      norm_ = &add<LayerNorm>(n.mlm_norm, e, c.layer_norm_eps);
+      if (!c.tie_word_embeddings) decoder_ = &add<Linear>(n.mlm_decoder, e, c.vocab_size, false);
       const size_t dot = n.mlm_bias.rfind('.');
       bias_ = dot == std::string::npos ? &add<VectorParam>("", n.mlm_bias, c.vocab_size)
                                        : &add<VectorParam>(n.mlm_bias.substr(0, dot), n.mlm_bias.substr(dot + 1), c.vocab_size);
@@ -181,6 +207,16 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
   c.type_vocab_size = k.type_vocab.empty() ? 0 : r.get_int(k.type_vocab, c.type_vocab_size);
   if (!k.eps.empty()) c.layer_norm_eps = r.get_double(k.eps, c.layer_norm_eps);
+  c.embedding_size = k.embedding.empty() ? c.hidden_size : r.get_int(k.embedding, c.hidden_size);
+  if (!spec.names.group_layer.empty()) {
+    c.num_hidden_groups = r.get_int("num_hidden_groups", 1);
+    c.inner_group_num = r.get_int("inner_group_num", 1);
+    if (c.num_hidden_groups < 1 || c.num_hidden_groups > c.num_hidden_layers)
+      r.fail("num_hidden_groups", "(" + std::to_string(c.num_hidden_groups) + ") must be from 1 to 'num_hidden_layers' (" +
+                                      std::to_string(c.num_hidden_layers) + ")");
+    if (c.inner_group_num < 1 || c.inner_group_num > 64)
+      r.fail("inner_group_num", "(" + std::to_string(c.inner_group_num) + ") must be from 1 to 64");
+  }
   // Labels as transformers' PretrainedConfig takes them: id2label's size when it is given.
   if (r.has("id2label")) {
     const nlohmann::json& labels = raw.at("id2label");

@@ -41,6 +41,9 @@ struct EncoderKeys {
   std::string act = "hidden_act";
   std::string eps = "layer_norm_eps";
   std::string type_vocab = "type_vocab_size";
+  // The width of the embeddings when it differs from the hidden size (ALBERT, ELECTRA:
+  // "embedding_size"); "": the embeddings are hidden_size wide.
+  std::string embedding = "";
 };
 
 // What a family calls its tensors, from the model's root (the embeddings, the layers' prefix,
@@ -60,6 +63,16 @@ struct EncoderNames {
   std::string ffn_out = "output.dense";
   std::string ffn_norm = "output.LayerNorm";
   std::string pooler = "pooler.dense";
+  // Factorized embeddings (EncoderKeys::embedding): the projection from the embedding width to
+  // the hidden size (ELECTRA's "embeddings_project", present when the widths differ; ALBERT's
+  // "encoder.embedding_hidden_mapping_in", always).
+  std::string embed_project = "";
+  bool embed_project_always = false;
+  // ALBERT's shared layers: num_hidden_groups groups of inner_group_num layers, named
+  // `layer` + group + "." + `group_layer` + j; layer i runs group i * groups / layers.
+  std::string group_layer = "";
+  // The norm after the last layer (pre-norm families: Megatron-BERT's "encoder.ln").
+  std::string final_norm = "";
 };
 
 // The heads on a family's encoder, their tensors named from the checkpoint's root (where the
@@ -96,6 +109,9 @@ struct EncoderSpec {
   EncoderKeys keys;
   EncoderNames names;
   EncoderHeadNames heads;
+  // Norm placement: post-residual (BERT: LayerNorm(h + f(h))), or pre-norm (Megatron-BERT:
+  // h + f(LayerNorm(h)), with the final norm after the last layer).
+  bool pre_norm = false;
 };
 
 // The normalized config (defaults filled in; BERT's where the family does not set them).
@@ -113,11 +129,15 @@ struct EncoderConfig {
   int64_t pad_token_id = 0;  // where positions start for a family numbering them from padding
   int64_t num_labels = 2;    // classification heads: id2label's size, else num_labels
   bool tie_word_embeddings = true;  // the masked-LM decoder reads the word embeddings
+  int64_t embedding_size = 768;     // the embeddings' width (hidden_size unless factorized)
+  int64_t num_hidden_groups = 1;    // ALBERT's layer groups
+  int64_t inner_group_num = 1;      // layers in each of them
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EncoderConfig, model_type, pad_token_id, vocab_size, hidden_size,
                                                 num_hidden_layers, num_attention_heads, intermediate_size,
                                                 hidden_act, max_position_embeddings, type_vocab_size,
-                                                layer_norm_eps, num_labels, tie_word_embeddings)
+                                                layer_norm_eps, num_labels, tie_word_embeddings, embedding_size,
+                                                num_hidden_groups, inner_group_num)
 
 // config.json read through the spec's keys and checked (each fault names its key): the position
 // scheme ("absolute" only), the token types, the padding index, the labels, the sizes
