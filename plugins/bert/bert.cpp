@@ -1,9 +1,9 @@
 // bert.cpp - the bert plugin: BERT and the families built of its layers, each one row of the
 // SDK's encoder spec (mobius/sdk/encoder.hpp: config key spellings, tensor names, the prefix of
 // its heads' checkpoints, position numbering): BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-// Data2VecText, DistilBERT, ELECTRA, ALBERT, Megatron-BERT. Each builds feature extraction,
-// sequence and token classification and fill-mask (the head config.json's architectures names,
-// or --task).
+// Data2VecText, DistilBERT, ELECTRA, ALBERT, Megatron-BERT, MPNet, RoFormer, ESM. Each builds
+// feature extraction, sequence and token classification and fill-mask (the head config.json's
+// architectures names, or --task).
 #include <string>
 #include <vector>
 
@@ -117,6 +117,62 @@ nn::EncoderSpec megatron_bert() {
   return s;
 }
 
+// MPNet (modeling_mpnet.py): RoBERTa's embeddings without token types, positions numbered from
+// padding index 1 whatever the config says, attention.attn.{q,k,v,o} and attention.LayerNorm,
+// and one relative position bias table shared by every layer; RoBERTa's heads.
+nn::EncoderSpec mpnet() {
+  nn::EncoderSpec s = roberta_like("mpnet", "mpnet.");
+  s.positions_from_padding = false;
+  s.padding_idx = 1;
+  s.keys.type_vocab = "";
+  s.names.token_type = "";
+  s.names.query = "attention.attn.q";
+  s.names.key = "attention.attn.k";
+  s.names.value = "attention.attn.v";
+  s.names.attn_out = "attention.attn.o";
+  s.names.attn_norm = "attention.LayerNorm";
+  s.relative_bias = "encoder.relative_attention_bias";
+  return s;
+}
+
+// RoFormer (modeling_roformer.py): BERT's layers without a position table, q and k rotated in
+// adjacent pairs at the angles of the checkpoint's encoder.embed_positions (v too with
+// rotary_value), factorized embeddings like ELECTRA's, no pooler; its classification head's
+// activation is hidden_act.
+nn::EncoderSpec roformer() {
+  nn::EncoderSpec s{"roformer", "roformer.", false, {}, {}};
+  s.keys.embedding = "embedding_size";
+  s.names.embed_project = "embeddings_project";
+  s.names.pooler = "";
+  s.absolute_positions = false;
+  s.rotary = nn::EncoderSpec::Rotary::StoredInterleaved;
+  s.rotary_table = "encoder.embed_positions";
+  s.heads.seq_dense = "classifier.dense";
+  s.heads.seq_act = "";
+  s.heads.seq_out = "classifier.out_proj";
+  return s;
+}
+
+// ESM (modeling_esm.py): pre-norm layers (attention.LayerNorm, LayerNorm) with a final
+// encoder.emb_layer_norm_after, no token types, gelu without a config key, rotary (rotate_half)
+// or absolute positions by position_embedding_type, token dropout's rescaling at inference and
+// the embeddings zeroed at padding; RoBERTa's heads.
+nn::EncoderSpec esm() {
+  nn::EncoderSpec s = roberta_like("esm", "esm.");
+  s.positions_from_padding = false;
+  s.keys.act = "";
+  s.keys.type_vocab = "";
+  s.names.token_type = "";
+  s.names.embed_norm = "";
+  s.names.attn_norm = "attention.LayerNorm";
+  s.names.ffn_norm = "LayerNorm";
+  s.names.final_norm = "encoder.emb_layer_norm_after";
+  s.pre_norm = true;
+  s.rotary = nn::EncoderSpec::Rotary::Computed;
+  s.esm_embeddings = true;
+  return s;
+}
+
 const std::vector<nn::EncoderSpec>& families() {
   static const std::vector<nn::EncoderSpec> f = {
       {"bert", "bert.", false, {}, {}},
@@ -128,6 +184,9 @@ const std::vector<nn::EncoderSpec>& families() {
       electra(),
       albert(),
       megatron_bert(),
+      mpnet(),
+      roformer(),
+      esm(),
   };
   return f;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 
 #include "mobius/sdk/config.hpp"
 #include "mobius/sdk/ops.hpp"
@@ -29,11 +30,11 @@ class EncoderLayer : public Module {
     ffn_out = &add<Linear>(n.ffn_out, c.intermediate_size, c.hidden_size, true);
     ffn_norm = &add<LayerNorm>(n.ffn_norm, c.hidden_size, c.layer_norm_eps);
   }
-  Value forward(Graph& g, Value h, Value mask_bias, bool pre_norm) const {
+  Value forward(Graph& g, Value h, Value mask_bias, bool pre_norm, const EncoderRope* rope) const {
     ScopeGuard s(g, path());
     auto attention = [&](Value x) {
       auto qkv = packed_linears(g, x, {query, key, value}, full_name("qkv"));
-      return attn_out->forward(g, encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias));
+      return attn_out->forward(g, encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias, rope));
     };
     auto ffn = [&](Value x) { return ffn_out->forward(g, activation_f32(act, ffn_in->forward(g, x))); };
     if (pre_norm) {
@@ -61,7 +62,12 @@ class EncoderModel : public Module {
     const EncoderNames& n = s.names;
     const int64_t e = c.embedding_size;
     word = &add<Embedding>(prefix + n.word, c.vocab_size, e);
-    position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, e);
+    if (c.absolute_positions) position = &add<Embedding>(prefix + n.position, c.max_position_embeddings, e);
+    if (s.rotary == EncoderSpec::Rotary::StoredInterleaved)
+      rotary_table = &add<Embedding>(prefix + s.rotary_table, c.max_position_embeddings,
+                                     c.hidden_size / c.num_attention_heads);
+    if (!s.relative_bias.empty())
+      relative_bias = &add<Embedding>(prefix + s.relative_bias, c.relative_buckets, c.num_attention_heads);
     if (c.type_vocab_size > 0 && !n.token_type.empty())
       token_type = &add<Embedding>(prefix + n.token_type, c.type_vocab_size, e);
     if (!n.embed_norm.empty()) embed_norm = &add<LayerNorm>(prefix + n.embed_norm, e, c.layer_norm_eps);
@@ -90,9 +96,12 @@ class EncoderModel : public Module {
     {
       ScopeGuard s(g, "embeddings");
       h = word->forward(g, input_ids, act);  // [b, s, hidden]
-      if (spec.positions_from_padding) {
-        Value real = Cast(Not(Equal(input_ids, Int(g, cfg.pad_token_id))), DType::Int64);
-        Value pos = Add(Mul(CumSum(real, 1), real), Int(g, cfg.pad_token_id));
+      if (spec.esm_embeddings && cfg.token_dropout) h = esm_token_dropout(g, h, input_ids, attention_mask);
+      const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
+      if (!position) {
+      } else if (spec.positions_from_padding || spec.padding_idx >= 0 || spec.esm_embeddings) {
+        Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
+        Value pos = Add(Mul(CumSum(real, 1), real), Int(g, pad));
         h = Add(h, position->forward(g, pos, act));
       } else {
         // position_ids = arange(seq): the table's first seq rows.
@@ -101,6 +110,7 @@ class EncoderModel : public Module {
       }
       if (token_type) h = Add(h, token_type->forward(g, token_type_ids, act));
       if (embed_norm) h = embed_norm->forward(g, h);
+      if (spec.esm_embeddings) h = Mul(h, Cast(Unsqueeze(attention_mask, {2}), act));  // zero at padding
       if (embed_project) h = embed_project->forward(g, h);
     }
     Value mask_bias;
@@ -111,7 +121,10 @@ class EncoderModel : public Module {
       Value bias = Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0));
       mask_bias = Unsqueeze(bias, {1, 2});  // [b, 1, 1, s]
     }
-    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias, spec.pre_norm);
+    if (relative_bias) mask_bias = Add(mask_bias, relative_position_bias(g, seq));
+    EncoderRope rope;
+    if (cfg.rotary) rope = rotary(g, seq, act);
+    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias, spec.pre_norm, cfg.rotary ? &rope : nullptr);
     if (final_norm) h = final_norm->forward(g, h);
     EncoderOutputs out;
     out.last_hidden_state = h;
@@ -122,9 +135,80 @@ class EncoderModel : public Module {
     return out;
   }
 
+  // ESM's token dropout at inference: mask tokens' embeddings zeroed, every row scaled by
+  // 0.88 / (1 - mask tokens / real tokens), in float32.
+  Value esm_token_dropout(Graph& g, Value h, Value input_ids, Value attention_mask) const {
+    ScopeGuard s(g, "token_dropout");
+    Value is_mask = Equal(input_ids, Int(g, cfg.mask_token_id));  // [b, s]
+    Value hf = Where(Unsqueeze(is_mask, {2}), Scalar(g, DType::Float, 0.0), Cast(h, DType::Float));
+    Value ratio = Div(ReduceSum(Cast(is_mask, DType::Float), {1}, true),
+                      ReduceSum(Cast(attention_mask, DType::Float), {1}, true));  // [b, 1]
+    Value scale = Sub(Scalar(g, DType::Float, 1.0), ratio);
+    hf = Div(Mul(hf, Scalar(g, DType::Float, 0.88)), Unsqueeze(scale, {2}));
+    return Cast(hf, h.dtype());
+  }
+
+  // Rotary angles for positions 0 .. seq-1 (EncoderSpec::rotary), in `act`.
+  EncoderRope rotary(Graph& g, Value seq, DType act) const {
+    ScopeGuard s(g, "rotary");
+    EncoderRope r;
+    const int64_t d = cfg.hidden_size / cfg.num_attention_heads;
+    if (rotary_table) {
+      // RoFormer: the stored table's first seq rows; sin in the first half, cos in the second.
+      Value rows = Cast(Slice(rotary_table->param(g, "weight"), Ints(g, {0}), seq, {0}), act);  // [s, d]
+      r.sin = Slice(rows, {0}, {d / 2}, {1});
+      r.cos = Slice(rows, {d / 2}, {d}, {1});
+      r.interleaved = true;
+      r.values = cfg.rotary_value;
+      return r;
+    }
+    // inv_freq = 1 / theta^(2i / d) in float32, as transformers computes it; angles pos * inv_freq
+    // for both halves (rotate_half).
+    std::vector<double> inv(static_cast<size_t>(d / 2));
+    for (int64_t i = 0; i < d / 2; ++i)
+      inv[static_cast<size_t>(i)] = 1.0f / static_cast<float>(std::pow(
+                                               cfg.rope_theta, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(d))));
+    Value freq = Constant(g, DType::Float, {1, d / 2}, inv, "inv_freq");
+    Value pos = Cast(Range(Int(g, 0), Squeeze(seq, {0}), Int(g, 1)), DType::Float);  // [s]
+    Value angles = Mul(Unsqueeze(pos, {1}), freq);                                    // [s, d/2]
+    Value both = Concat({angles, angles}, 1);                                         // [s, d]
+    r.cos = Cast(Cos(both), act);
+    r.sin = Cast(Sin(both), act);
+    return r;
+  }
+
+  // MPNet's relative position bias [1, heads, s, s] (float32): each query-key distance's bucket
+  // (T5's bidirectional rule: 16 buckets a side, exact below 8, logarithmic to 128) read from
+  // the table; the buckets of every distance a sequence of max_position_embeddings can have are
+  // a constant of the graph.
+  Value relative_position_bias(Graph& g, Value seq) const {
+    ScopeGuard s(g, "relative_position_bias");
+    const int64_t span = cfg.max_position_embeddings;  // distances -(span-1) .. span-1
+    std::vector<double> bucket(static_cast<size_t>(2 * span - 1));
+    const int64_t half = 32 / 2, exact = half / 2;
+    for (int64_t n = -(span - 1); n <= span - 1; ++n) {  // n = query - key
+      int64_t b = n < 0 ? half : 0;
+      const int64_t a = n < 0 ? -n : n;
+      if (a < exact) {
+        b += a;
+      } else {
+        const float v = std::log(static_cast<float>(a) / static_cast<float>(exact)) /
+                        static_cast<float>(std::log(128.0 / static_cast<double>(exact))) * static_cast<float>(half - exact);
+        b += std::min<int64_t>(exact + static_cast<int64_t>(v), half - 1);
+      }
+      bucket[static_cast<size_t>(n + span - 1)] = static_cast<double>(b);
+    }
+    Value table = Constant(g, DType::Int64, {2 * span - 1}, bucket, "buckets");
+    Value idx = Range(Int(g, 0), Squeeze(seq, {0}), Int(g, 1));                                  // [s]
+    Value dist = Add(Sub(Unsqueeze(idx, {1}), Unsqueeze(idx, {0})), Int(g, span - 1));           // [s, s]
+    Value rows = Gather(relative_bias->param(g, "weight", DType::Float), Gather(table, dist, 0), 0);  // [s, s, h]
+    return Unsqueeze(Transpose(rows, {2, 0, 1}), {0});                                            // [1, h, s, s]
+  }
+
   EncoderConfig cfg;
   const EncoderSpec& spec;
-  const Embedding *word, *position, *token_type = nullptr;
+  const Embedding *word, *position = nullptr, *token_type = nullptr, *rotary_table = nullptr,
+                         *relative_bias = nullptr;
   const LayerNorm *embed_norm = nullptr, *final_norm = nullptr;
   const Linear* embed_project = nullptr;
   std::vector<const EncoderLayer*> layers;
@@ -148,7 +232,7 @@ class EncoderHead : public Module {
     const EncoderHeadNames& n = s.heads;
     if (task == "sequence-classification") {
       if (!n.seq_dense.empty()) dense_ = &add<Linear>(n.seq_dense, c.hidden_size, c.hidden_size, true);
-      act_ = n.seq_act;
+      act_ = n.seq_act.empty() ? c.hidden_act : n.seq_act;
       out_ = &add<Linear>(n.seq_out, c.hidden_size, c.num_labels, true);
     } else if (task == "token-classification") {
       out_ = &add<Linear>(n.token_out, c.hidden_size, c.num_labels, true);
@@ -203,7 +287,7 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   c.num_hidden_layers = r.get_int(k.layers, c.num_hidden_layers);
   c.num_attention_heads = r.get_int(k.heads, c.num_attention_heads);
   c.intermediate_size = r.get_int(k.intermediate, c.intermediate_size);
-  c.hidden_act = r.get_string(k.act, c.hidden_act);
+  if (!k.act.empty()) c.hidden_act = r.get_string(k.act, c.hidden_act);  // ESM: gelu, no key
   c.max_position_embeddings = r.get_int("max_position_embeddings", c.max_position_embeddings);
   c.type_vocab_size = k.type_vocab.empty() ? 0 : r.get_int(k.type_vocab, c.type_vocab_size);
   if (!k.eps.empty()) c.layer_norm_eps = r.get_double(k.eps, c.layer_norm_eps);
@@ -232,12 +316,49 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
   }
   if (c.num_labels < 1) r.fail("num_labels", "must be at least 1");
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", true);
-  const std::string pos = r.get_string("position_embedding_type", "absolute");
-  if (pos != "absolute")
-    r.fail("position_embedding_type", "is " + quote_value(pos) +
-                                          "; BertModel's relative position schemes are not built yet (known: absolute)");
+  // Positions: the family's scheme (EncoderSpec), or, for ESM, position_embedding_type's.
+  using Rotary = EncoderSpec::Rotary;
+  if (spec.rotary == Rotary::Computed) {
+    const std::string pos = r.get_string("position_embedding_type", "absolute");
+    if (pos != "absolute" && pos != "rotary")
+      r.fail("position_embedding_type", "is " + quote_value(pos) + "; " + spec.model_type +
+                                            " has absolute and rotary positions (transformers 5 removed the relative ones)");
+    c.rotary = pos == "rotary";
+    c.rope_theta = r.get_double("rope_theta", 10000.0);
+    if (!(c.rope_theta > 1.0)) r.fail("rope_theta", "must be greater than 1");
+  } else if (spec.rotary == Rotary::StoredInterleaved) {
+    c.rotary = true;
+    c.rotary_value = r.get_bool("rotary_value", false);
+    if (r.get_bool("is_decoder", false))
+      r.fail("is_decoder", "is true: a causal " + spec.model_type + " decoder is not built (its encoder is)");
+  } else if (spec.relative_bias.empty() || r.has("position_embedding_type")) {
+    const std::string pos = r.get_string("position_embedding_type", "absolute");
+    if (pos != "absolute")
+      r.fail("position_embedding_type", "is " + quote_value(pos) +
+                                            "; BertModel's relative position schemes are not built yet (known: absolute)");
+  }
+  c.absolute_positions = spec.absolute_positions && !c.rotary;
+  if (!spec.relative_bias.empty()) {
+    // The buckets reach 31 whatever the table's size (transformers calls the bucketing with 32).
+    c.relative_buckets = r.get_int("relative_attention_num_buckets", 32);
+    if (c.relative_buckets < 32 || c.relative_buckets > 4096)
+      r.fail("relative_attention_num_buckets", "(" + std::to_string(c.relative_buckets) +
+                                                   ") must be from 32 to 4096: " + spec.model_type +
+                                                   " looks up 32 buckets in it");
+  }
+  if (spec.esm_embeddings) {
+    c.token_dropout = r.get_bool("token_dropout", false);
+    if (c.token_dropout) {
+      if (!r.has("mask_token_id")) r.fail("mask_token_id", "is missing; token_dropout rescales by the mask tokens");
+      c.mask_token_id = r.get_int("mask_token_id");
+    }
+    if (r.get_bool("emb_layer_norm_before", false))
+      r.fail("emb_layer_norm_before", "is true: the norm of ESM-1b's embeddings is not built yet");
+    if (r.get_bool("is_folding_model", false)) r.fail("is_folding_model", "is true: ESMFold is not built");
+  }
   if (c.type_vocab_size < 0) r.fail(k.type_vocab, "must not be negative");
-  if (spec.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id + 1 >= c.max_position_embeddings))
+  if (c.absolute_positions && (spec.positions_from_padding || (spec.esm_embeddings && !c.rotary)) &&
+      (c.pad_token_id < 0 || c.pad_token_id + 1 >= c.max_position_embeddings))
     r.fail("pad_token_id", "(" + std::to_string(c.pad_token_id) + ") leaves no position in the " +
                                std::to_string(c.max_position_embeddings) + " of 'max_position_embeddings': " +
                                spec.model_type + " numbers positions from it");
@@ -264,6 +385,10 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   // Buffers the embeddings may save (arange of the positions, and the zero token types).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
   ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
+  // Rotary frequencies a checkpoint may keep (ESM: one copy per layer), recomputed here; ESM's
+  // contact-prediction head, which no task here reads.
+  if (cfg.rotary) ctx.ignore_tensors(prefix + "*rotary_embeddings.inv_freq");
+  if (spec.esm_embeddings) ctx.ignore_tensors(prefix + "contact_head.*");
   // What a head's checkpoint holds beside the encoder that this task does not read: the other
   // heads (a classifier's checkpoint built for feature extraction) and an unused pooler.
   const bool seq_pooled = hn.seq_dense.empty() && !n.pooler.empty();
@@ -287,6 +412,18 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   const std::optional<SentenceModules> sentence =
       task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
   EncoderModel model(cfg, spec, prefix, pooler);
+  // transformers' legacy names, which it still reads (and ESM's checkpoints still carry): a
+  // LayerNorm's "gamma" and "beta" for its weight and bias.
+  const auto legacy = [&](const std::string& name) -> std::optional<std::string> {
+    if (!weights || ctx.query_tensor(name)) return std::nullopt;
+    for (const auto& [now, then] : {std::pair<std::string, std::string>{".weight", ".gamma"}, {".bias", ".beta"}})
+      if (name.size() > now.size() && name.compare(name.size() - now.size(), now.size(), now) == 0) {
+        const std::string old = name.substr(0, name.size() - now.size()) + then;
+        if (ctx.query_tensor(old)) return old;
+      }
+    return std::nullopt;
+  };
+  model.retarget(legacy);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
   const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
@@ -311,6 +448,7 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
                       " labels ('id2label' or 'num_labels'), but the checkpoint's " + out_name + ".weight has " +
                       std::to_string(t->dims[0]) + " rows, one per label");
   EncoderHead heads(cfg, spec, task, model);
+  heads.retarget(legacy);
   ScopeGuard s(g, "head");
   g.output(heads.forward(g, out), "logits");
 }

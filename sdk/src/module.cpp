@@ -16,6 +16,13 @@ void Module::tie(const std::string& local, const std::string& source_full_name) 
   it->second.source = source_full_name;
 }
 
+void Module::retarget(const std::function<std::optional<std::string>(const std::string& full_name)>& rename) {
+  for (auto& [local, p] : params_)
+    if (p.source.empty())
+      if (std::optional<std::string> to = rename(full_name(local))) p.source = *to;
+  for (auto& [n, m] : children_) m->retarget(rename);
+}
+
 void Module::attach(const std::string& local, std::unique_ptr<Module> child) {
   child->set_path(full_name(local));
   children_.emplace_back(local, std::move(child));

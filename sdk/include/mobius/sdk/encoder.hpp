@@ -82,7 +82,7 @@ struct EncoderHeadNames {
   // Sequence classification: classifier(pooler_output) (BERT: `classifier`), or, with a dense
   // layer, out(act(dense(h[:, 0]))) (RoBERTa: classifier.dense, tanh, classifier.out_proj).
   std::string seq_dense = "";
-  std::string seq_act = "tanh";
+  std::string seq_act = "tanh";  // "": the config's hidden_act
   std::string seq_out = "classifier";
   // Token classification: classifier(h) per token.
   std::string token_out = "classifier";
@@ -112,6 +112,27 @@ struct EncoderSpec {
   // Norm placement: post-residual (BERT: LayerNorm(h + f(h))), or pre-norm (Megatron-BERT:
   // h + f(LayerNorm(h)), with the final norm after the last layer).
   bool pre_norm = false;
+  // Position schemes beside (or instead of) the learned absolute table:
+  //   absolute_positions  the position table is added to the embeddings (false: RoFormer, and
+  //                       ESM when its position_embedding_type is "rotary");
+  //   padding_idx         >= 0: positions numbered from this padding index whatever the config
+  //                       says (MPNet's 1);
+  //   rotary              q and k rotated per head: Computed, rotate_half with inv_freq from
+  //                       rope_theta (ESM's "rotary"); StoredInterleaved, adjacent pairs at the
+  //                       angles of the checkpoint's `rotary_table` [positions, head_dim]: sin in
+  //                       its first half, cos in its second (RoFormer's embed_positions);
+  //   relative_bias       a table [buckets, heads] whose rows, at the bucket of each key's
+  //                       distance from its query (T5's bidirectional buckets, max distance 128),
+  //                       are added to every layer's scores (MPNet's relative_attention_bias).
+  enum class Rotary { None, Computed, StoredInterleaved };
+  bool absolute_positions = true;
+  int64_t padding_idx = -1;
+  Rotary rotary = Rotary::None;
+  std::string rotary_table = "";
+  std::string relative_bias = "";
+  // ESM: token_dropout's rescaling at inference (mask tokens zeroed, each row scaled by
+  // 0.88 / (1 - its share of mask tokens)), then the embeddings zeroed at padding.
+  bool esm_embeddings = false;
 };
 
 // The normalized config (defaults filled in; BERT's where the family does not set them).
@@ -132,12 +153,21 @@ struct EncoderConfig {
   int64_t embedding_size = 768;     // the embeddings' width (hidden_size unless factorized)
   int64_t num_hidden_groups = 1;    // ALBERT's layer groups
   int64_t inner_group_num = 1;      // layers in each of them
+  bool rotary = false;              // q and k rotated (EncoderSpec::rotary)
+  double rope_theta = 10000.0;
+  int64_t relative_buckets = 32;    // rows of the relative bias table
+  bool token_dropout = false;       // ESM
+  int64_t mask_token_id = -1;
+  bool rotary_value = false;        // RoFormer: v rotated too
+  bool absolute_positions = true;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(EncoderConfig, model_type, pad_token_id, vocab_size, hidden_size,
                                                 num_hidden_layers, num_attention_heads, intermediate_size,
                                                 hidden_act, max_position_embeddings, type_vocab_size,
                                                 layer_norm_eps, num_labels, tie_word_embeddings, embedding_size,
-                                                num_hidden_groups, inner_group_num)
+                                                num_hidden_groups, inner_group_num, rotary, rope_theta,
+                                                relative_buckets, token_dropout, mask_token_id, rotary_value,
+                                                absolute_positions)
 
 // config.json read through the spec's keys and checked (each fault names its key): the position
 // scheme ("absolute" only), the token types, the padding index, the labels, the sizes

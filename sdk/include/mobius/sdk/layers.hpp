@@ -218,7 +218,16 @@ Value activation_f32(const std::string& name, Value x);
 // and normalized in float32 (transformers' softmax(dtype=float32)), returned as
 // [batch, seq, heads * head_dim] in q's dtype. `bias`: float32, broadcastable to
 // [batch, heads, seq_q, seq_k] (a causal or a padding mask).
-Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias);
+// With `rope`, q and k (and v where rope->values) are rotated per head first by apply_rope's
+// rule: cos/sin [seq, head_dim] for rotate_half, [seq, head_dim / 2] (one angle per adjacent
+// pair) when interleaved, in q's dtype.
+struct EncoderRope {
+  Value cos, sin;
+  bool interleaved = false;
+  bool values = false;  // RoFormer's rotary_value
+};
+Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
+                        const EncoderRope* rope = nullptr);
 // Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
 void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
 

@@ -2,7 +2,9 @@
 // the checkpoint's tensor names.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +55,10 @@ class Module {
   // Takes a parameter's bytes from another checkpoint tensor (tied weights), e.g.
   // lm_head.weight from model.embed_tokens.weight.
   void tie(const std::string& local, const std::string& source_full_name);
+  // Reads every parameter below this module (not already tied) from the tensor `rename` names
+  // for its full name, where it names one (e.g. transformers' legacy "LayerNorm.gamma" for
+  // "LayerNorm.weight"); nullopt keeps the parameter's own name.
+  void retarget(const std::function<std::optional<std::string>(const std::string& full_name)>& rename);
 
  protected:
   void declare(const std::string& local, std::vector<int64_t> shape,
