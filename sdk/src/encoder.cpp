@@ -215,15 +215,6 @@ class EncoderModel : public Module {
   const Linear* pooler = nullptr;
 };
 
-// One vector parameter, e.g. a masked-LM head's output bias "cls.predictions.bias": a module at
-// the name's parent path holding the leaf.
-class VectorParam : public Module {
- public:
-  VectorParam(std::string leaf, int64_t n) : leaf(std::move(leaf)) { declare(this->leaf, {n}); }
-  Value forward(Graph& g) const { return param(g, leaf); }
-  std::string leaf;
-};
-
 // A head on the encoder's outputs (EncoderHeadNames), its tensors at the checkpoint's root.
 class EncoderHead : public Module {
  public:

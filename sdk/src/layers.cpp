@@ -412,7 +412,7 @@ void check_encoder_config(const ConfigReader& r, const std::string& model_type, 
   if (c.intermediate_size <= 0) r.fail(c.intermediate_key, "must be positive, got " + std::to_string(c.intermediate_size));
   if (c.max_position_embeddings <= 0)
     r.fail("max_position_embeddings", "must be positive, got " + std::to_string(c.max_position_embeddings));
-  if (!(c.layer_norm_eps > 0)) r.fail("layer_norm_eps", "must be positive");
+  if (!(c.layer_norm_eps > 0)) r.fail(c.eps_key, "must be positive");
   if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0)
     r.fail(c.heads_key, "(" + std::to_string(c.num_attention_heads) + ") must divide '" + c.hidden_key + "' (" +
                             std::to_string(c.hidden_size) + ")");
@@ -606,9 +606,9 @@ Value RMSNorm::simplified(Graph& g, Value x) const {
                  Attr("stash_type", static_cast<int64_t>(1))})[0];
 }
 
-LayerNorm::LayerNorm(int64_t d, double e, Compute c) : dim(d), eps(e), compute(c) {
+LayerNorm::LayerNorm(int64_t d, double e, Compute c, bool b) : dim(d), eps(e), compute(c), bias(b) {
   declare("weight", {d});
-  declare("bias", {d});
+  if (bias) declare("bias", {d});
 }
 
 Value LayerNorm::forward(Graph& g, Value x) const {
@@ -616,7 +616,9 @@ Value LayerNorm::forward(Graph& g, Value x) const {
   const bool f32 = compute == Compute::Float32;
   Value in = f32 ? Cast(x, DType::Float) : x;
   const DType pdt = f32 ? DType::Float : x.dtype();
-  Value y = g.node("LayerNormalization", {in, param(g, "weight", pdt), param(g, "bias", pdt)}, {in.type()},
+  std::vector<Value> inputs = {in, param(g, "weight", pdt)};
+  if (bias) inputs.push_back(param(g, "bias", pdt));
+  Value y = g.node("LayerNormalization", inputs, {in.type()},
                    {Attr("axis", int64_t{-1}), Attr("epsilon", eps), Attr("stash_type", int64_t{1})})[0];
   return f32 ? Cast(y, x.dtype()) : y;
 }

@@ -135,6 +135,15 @@ Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::st
 Value matmul_nbits(Graph& g, Value x, const std::string& name,
                    const std::vector<std::string>& sources, int64_t k, int64_t n);
 
+// One vector parameter of its own, e.g. a masked-LM head's output bias "cls.predictions.bias":
+// a module at the name's parent path ("cls.predictions") holding the leaf ("bias").
+class VectorParam : public Module {
+ public:
+  VectorParam(std::string leaf, int64_t n) : leaf(std::move(leaf)) { declare(this->leaf, {n}); }
+  Value forward(Graph& g) const { return param(g, leaf); }
+  std::string leaf;
+};
+
 class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim);
@@ -187,11 +196,13 @@ class OffsetRMSNorm : public RMSNorm {
 class LayerNorm : public Module {
  public:
   enum class Compute { Float32, InputDtype };
-  LayerNorm(int64_t dim, double eps, Compute compute = Compute::Float32);
+  // bias false: no bias parameter (ModernBERT's norm_bias false).
+  LayerNorm(int64_t dim, double eps, Compute compute = Compute::Float32, bool bias = true);
   Value forward(Graph& g, Value x) const;
   int64_t dim;
   double eps;
   Compute compute;
+  bool bias;
 };
 
 // The norm a family uses everywhere (layer norms, q/k norms, the final norm).
@@ -243,7 +254,7 @@ struct EncoderSizes {
   // The config keys the messages name, where a family spells them otherwise (DistilBERT's dim,
   // hidden_dim, n_heads, activation).
   std::string hidden_key = "hidden_size", intermediate_key = "intermediate_size",
-              heads_key = "num_attention_heads", act_key = "hidden_act";
+              heads_key = "num_attention_heads", act_key = "hidden_act", eps_key = "layer_norm_eps";
 };
 void check_encoder_config(const ConfigReader& r, const std::string& model_type, const EncoderSizes& c);
 
