@@ -30,13 +30,12 @@ class EncoderLayer : public Module {
     ffn_out = &add<Linear>(n.ffn_out, c.intermediate_size, c.hidden_size, true);
     ffn_norm = &add<LayerNorm>(n.ffn_norm, c.hidden_size, c.layer_norm_eps);
   }
-  Value forward(Graph& g, Value h, Value mask_bias, bool pre_norm, const EncoderRope* rope) const {
+  Value forward(Graph& g, Value h, const PaddedAttention& mask, bool pre_norm, const EncoderRope* rope) const {
     ScopeGuard s(g, path());
     auto attention = [&](Value x) {
-      auto qkv = packed_linears(g, x, {query, key, value}, full_name("qkv"));
-      return attn_out->forward(g, encoder_attention(g, qkv[0], qkv[1], qkv[2], heads, head_dim, mask_bias, rope));
+      return attn_out->forward(g, self_attention(g, x, {query, key, value}, full_name("qkv"), heads, head_dim, mask, rope));
     };
-    auto ffn = [&](Value x) { return ffn_out->forward(g, activation_f32(act, ffn_in->forward(g, x))); };
+    auto ffn = [&](Value x) { return ffn_out->forward(g, encoder_activation(g, act, ffn_in->forward(g, x))); };
     if (pre_norm) {
       Value a = Add(h, attention(attn_norm->forward(g, h)));
       return Add(a, ffn(ffn_norm->forward(g, a)));
@@ -113,18 +112,12 @@ class EncoderModel : public Module {
       if (spec.esm_embeddings) h = Mul(h, Cast(Unsqueeze(attention_mask, {2}), act));  // zero at padding
       if (embed_project) h = embed_project->forward(g, h);
     }
-    Value mask_bias;
-    {
-      // Keys whose attention_mask is 0 get finfo(float32).min added to their scores.
-      ScopeGuard s(g, "padding_mask");
-      Value masked = Equal(attention_mask, Int(g, 0));  // [b, s]
-      Value bias = Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0));
-      mask_bias = Unsqueeze(bias, {1, 2});  // [b, 1, 1, s]
-    }
-    if (relative_bias) mask_bias = Add(mask_bias, relative_position_bias(g, seq));
+    // Keys whose attention_mask is 0 get finfo(float32).min added to their scores.
+    PaddedAttention mask(attention_mask);
+    if (relative_bias) mask.position_bias = relative_position_bias(g, seq);
     EncoderRope rope;
     if (cfg.rotary) rope = rotary(g, seq, act);
-    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask_bias, spec.pre_norm, cfg.rotary ? &rope : nullptr);
+    for (const EncoderLayer* l : layers) h = l->forward(g, h, mask, spec.pre_norm, cfg.rotary ? &rope : nullptr);
     if (final_norm) h = final_norm->forward(g, h);
     EncoderOutputs out;
     out.last_hidden_state = h;

@@ -455,10 +455,97 @@ Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int6
   return Reshape(Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});  // [b, s, hidden]
 }
 
+bool ort_ops(const BuildContext& ctx) { return ctx.ops() == "ort"; }
+
+Value PaddedAttention::mask_bias(Graph& g) const {
+  if (!bias_.valid()) {
+    ScopeGuard s(g, "padding_mask");
+    Value masked = Equal(attention_mask, Int(g, 0));  // [b, s]
+    bias_ = Unsqueeze(Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0)), {1, 2});
+  }
+  return bias_;
+}
+
+Value PaddedAttention::key_padding(Graph& g) const {
+  if (!int32_.valid()) {
+    ScopeGuard s(g, "padding_mask");
+    int32_ = Cast(attention_mask, DType::Int32);
+  }
+  return int32_;
+}
+
+Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, const PaddedAttention& mask,
+                       const EncoderRope* rope) {
+  if (!ort_ops(g.context()) || q.dtype() != DType::Float || (rope && rope->values)) {
+    Value bias = mask.position_bias.valid() ? Add(mask.mask_bias(g), mask.position_bias) : mask.mask_bias(g);
+    return encoder_attention(g, q, k, v, heads, head_dim, bias, rope);
+  }
+  if (rope) {
+    auto rotate = [&](Value x) {
+      Value bhsd = Transpose(Reshape(x, {0, 0, heads, head_dim}), {0, 2, 1, 3});
+      return Reshape(Transpose(apply_rope(bhsd, rope->cos, rope->sin, rope->interleaved), {0, 2, 1, 3}),
+                     {0, 0, heads * head_dim});
+    };
+    q = rotate(q);
+    k = rotate(k);
+  }
+  std::vector<Value> inputs = {q, k, v, Value(), mask.key_padding(g)};
+  if (mask.position_bias.valid()) inputs.push_back(mask.position_bias);
+  return g.node("MultiHeadAttention", inputs, {q.type()},
+                {Attr("num_heads", heads), Attr("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))),
+                 Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
+                "com.microsoft")[0];
+}
+
+Value self_attention(Graph& g, Value x, const std::vector<const Linear*>& qkv, const std::string& name, int64_t heads,
+                     int64_t head_dim, const PaddedAttention& mask, const EncoderRope* rope) {
+  BuildContext& ctx = g.context();
+  bool fusable = ort_ops(ctx) && x.dtype() == DType::Float && !rope && ctx.weight_bits() == 0 && qkv.size() == 3;
+  for (const Linear* l : qkv) fusable = fusable && l->has_bias && l->parameter("weight").dtype == DType::Undefined;
+  if (!fusable) {
+    auto p = packed_linears(g, x, qkv, name);
+    return padded_attention(g, p[0], p[1], p[2], heads, head_dim, mask, rope);
+  }
+  std::vector<std::string> sources, bias_sources;
+  int64_t n = 0;
+  for (const Linear* l : qkv) {
+    sources.push_back(l->source_tensor("weight"));
+    bias_sources.push_back(l->source_tensor("bias"));
+    n += l->out_features;
+  }
+  Value w = Cast(weight_in_out(g, name + ".weight", sources, qkv[0]->in_features, n, ctx.weight_dtype()), x.dtype());
+  Value b = ctx.graph().find_initializer(name + ".bias").value_or(Value());
+  if (!b.valid()) {
+    b = ctx.graph().initializer(name + ".bias", TensorType(x.dtype(), {Dim(n)}));
+    ctx.plan_transformed(name + ".bias", bias_sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
+      for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
+    });
+  }
+  std::vector<Value> inputs = {x, w, b, mask.key_padding(g)};
+  if (mask.position_bias.valid()) {
+    inputs.push_back(Value());  // past
+    inputs.push_back(mask.position_bias);
+  }
+  return g.node("Attention", inputs, {TensorType(x.dtype(), {x.dim(0), x.dim(1), Dim(heads * head_dim)})},
+                {Attr("num_heads", heads), Attr("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))),
+                 Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
+                "com.microsoft")[0];
+}
+
+Value encoder_activation(Graph& g, const std::string& name, Value x) {
+  const bool erf = name == "gelu" || name == "gelu_python";
+  const bool tanh = name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast" ||
+                    name == "gelu_python_tanh" || name == "gelu_accurate";
+  if (!ort_ops(g.context()) || !(erf || tanh) || (x.dtype() != DType::Float && x.dtype() != DType::Float16))
+    return activation_f32(name, x);
+  Value xf = Cast(x, DType::Float);
+  Value y = g.node(erf ? "Gelu" : "FastGelu", {xf}, {xf.type()}, {}, "com.microsoft")[0];
+  return Cast(y, x.dtype());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Layers
 
-bool ort_ops(const BuildContext& ctx) { return ctx.ops() == "ort"; }
 
 Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_features(out), has_bias(bias) {
   declare("weight", {out, in});

@@ -239,6 +239,38 @@ struct EncoderRope {
 };
 Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
                         const EncoderRope* rope = nullptr);
+// Bidirectional attention over padded sequences, as encoder_attention computes it (keys whose
+// attention_mask is 0 at finfo(float32).min; `position_bias`, when valid, a float32 relative
+// position bias [1, heads, seq, seq] added to the scores; q and k rotated with `rope`). With
+// ONNX Runtime's operators and float32 activations: one MultiHeadAttention (com.microsoft) node,
+// the padding as its key_padding_mask; else encoder_attention with `mask_bias` (the padding's
+// additive bias [batch, 1, 1, seq]).
+struct PaddedAttention {
+  explicit PaddedAttention(Value attention_mask) : attention_mask(attention_mask) {}
+  Value attention_mask;  // int64 [batch, seq]: 1 a real token
+  Value position_bias;   // optional
+  // The padding as an additive float32 bias [batch, 1, 1, seq] (finfo(float32).min at padding),
+  // and as the int32 mask ONNX Runtime's attention operators take: each made once, when first
+  // used (a graph of fused attention has no additive mask).
+  Value mask_bias(Graph& g) const;
+  Value key_padding(Graph& g) const;
+
+ private:
+  mutable Value bias_, int32_;
+};
+Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, const PaddedAttention& mask,
+                       const EncoderRope* rope = nullptr);
+// Self-attention of x [batch, seq, in] through the linears `qkv` (query, key, value, each biased;
+// their weights and biases packed into initializers `name`.weight / `name`.bias): with ONNX
+// Runtime's operators, float32 activations, float weights and no rotary, one Attention
+// (com.microsoft) node that does the projection too (the padding as its mask_index, the position
+// bias as its attention_bias); else packed_linears and padded_attention.
+Value self_attention(Graph& g, Value x, const std::vector<const Linear*>& qkv, const std::string& name, int64_t heads,
+                     int64_t head_dim, const PaddedAttention& mask, const EncoderRope* rope = nullptr);
+// An activation of an encoder's MLP: with ONNX Runtime's operators, gelu (erf) as its Gelu and
+// the tanh approximations (gelu_new, gelu_pytorch_tanh, gelu_fast) as FastGelu (com.microsoft),
+// which its CPU kernels compute in float32; anything else, or without them, activation_f32.
+Value encoder_activation(Graph& g, const std::string& name, Value x);
 // Throws mobius::Error naming `key` when `name` is not an activation activation() knows.
 void check_activation(const ConfigReader& r, const std::string& key, const std::string& name);
 
