@@ -430,19 +430,7 @@ DebertaConfig read_deberta_config(const std::string& model_type, const nlohmann:
   c.max_position_embeddings = r.get_int("max_position_embeddings", 512);
   c.type_vocab_size = r.get_int("type_vocab_size", 0);
   c.layer_norm_eps = r.get_double("layer_norm_eps", 1e-7);
-  // Labels as transformers' PretrainedConfig takes them: id2label's size when it is given.
-  if (r.has("id2label")) {
-    const nlohmann::json& labels = raw.at("id2label");
-    if (!labels.is_object() || labels.empty()) r.fail("id2label", "must be a non-empty object of label names");
-    c.num_labels = static_cast<int64_t>(labels.size());
-    check_size_key("num_labels", c.num_labels, "config.json: 'id2label'");
-    if (r.has("num_labels") && r.get_int("num_labels") != c.num_labels)
-      r.fail("num_labels", "(" + std::to_string(r.get_int("num_labels")) + ") disagrees with the " +
-                               std::to_string(c.num_labels) + " labels of 'id2label'");
-  } else {
-    c.num_labels = r.get_int("num_labels", c.num_labels);
-  }
-  if (c.num_labels < 1) r.fail("num_labels", "must be at least 1");
+  c.num_labels = read_num_labels(r);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", true);
   EncoderSizes sizes{c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
                      c.num_attention_heads, c.max_position_embeddings, c.layer_norm_eps, c.hidden_act};
@@ -545,10 +533,7 @@ DebertaConfig read_deberta_config(const std::string& model_type, const nlohmann:
 void build_deberta(BuildContext& ctx, const DebertaConfig& cfg, const std::string& task) {
   const bool weights = !ctx.no_weights();
   // A head's checkpoint holds the encoder under "deberta."; a base model's at the root.
-  const std::string prefix =
-      (weights ? ctx.query_tensor("deberta.embeddings.word_embeddings.weight").has_value() : task != "feature-extraction")
-          ? "deberta."
-          : "";
+  const std::string prefix = checkpoint_prefix(ctx, "deberta.", "embeddings.word_embeddings.weight", task);
   // Buffers the embeddings may save, and relative tensors the scores do not read (relative
   // attention without c2p or p2c; v2's encoder.LayerNorm without relative attention).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
@@ -574,17 +559,8 @@ void build_deberta(BuildContext& ctx, const DebertaConfig& cfg, const std::strin
     if (cfg.tie_word_embeddings) ctx.ignore_tensors("cls.predictions.decoder.*");
     else if (decoder_bias) ctx.ignore_tensors("cls.predictions.bias");
   }
-  // transformers' legacy names, which it still reads: a LayerNorm's "gamma" and "beta" for its
-  // weight and bias.
-  const auto legacy = [&](const std::string& name) -> std::optional<std::string> {
-    if (!weights || ctx.query_tensor(name)) return std::nullopt;
-    for (const auto& [now, then] : {std::pair<std::string, std::string>{".weight", ".gamma"}, {".bias", ".beta"}})
-      if (name.size() > now.size() && name.compare(name.size() - now.size(), now.size(), now) == 0) {
-        const std::string old = name.substr(0, name.size() - now.size()) + then;
-        if (ctx.query_tensor(old)) return old;
-      }
-    return std::nullopt;
-  };
+  // transformers' legacy names, which it still reads (LayerNorm.gamma / .beta).
+  const auto legacy = legacy_norm_names(ctx);
   model.retarget(legacy);
   // A sentence-transformers folder: its pooling and normalization add sentence_embedding.
   const std::optional<SentenceModules> sentence =
@@ -603,12 +579,7 @@ void build_deberta(BuildContext& ctx, const DebertaConfig& cfg, const std::strin
   }
   // A classifier's rows are its labels: a config that counts others is refused by name before
   // the weights are planned.
-  if (weights && task != "fill-mask")
-    if (auto t = ctx.query_tensor("classifier.weight"); t && !t->dims.empty() && t->dims[0] != cfg.num_labels)
-      throw Error(MOBIUS_ERROR_KIND_CONFIG,
-                  "[config] config.json: " + std::to_string(cfg.num_labels) +
-                      " labels ('id2label' or 'num_labels'), but the checkpoint's classifier.weight has " +
-                      std::to_string(t->dims[0]) + " rows, one per label");
+  if (task != "fill-mask") check_classifier_rows(ctx, "classifier", cfg.num_labels);
   DebertaHead head(cfg, task, model, decoder_bias);
   head.retarget(legacy);
   ScopeGuard s(g, "head");

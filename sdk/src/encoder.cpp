@@ -285,20 +285,7 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
     if (c.inner_group_num < 1 || c.inner_group_num > 64)
       r.fail("inner_group_num", "(" + std::to_string(c.inner_group_num) + ") must be from 1 to 64");
   }
-  // Labels as transformers' PretrainedConfig takes them: id2label's size when it is given.
-  if (r.has("id2label")) {
-    const nlohmann::json& labels = raw.at("id2label");
-    if (!labels.is_object() || labels.empty())
-      r.fail("id2label", "must be a non-empty object of label names");
-    c.num_labels = static_cast<int64_t>(labels.size());
-    check_size_key("num_labels", c.num_labels, "config.json: 'id2label'");
-    if (r.has("num_labels") && r.get_int("num_labels") != c.num_labels)
-      r.fail("num_labels", "(" + std::to_string(r.get_int("num_labels")) + ") disagrees with the " +
-                               std::to_string(c.num_labels) + " labels of 'id2label'");
-  } else {
-    c.num_labels = r.get_int("num_labels", c.num_labels);
-  }
-  if (c.num_labels < 1) r.fail("num_labels", "must be at least 1");
+  c.num_labels = read_num_labels(r);
   c.tie_word_embeddings = r.get_bool("tie_word_embeddings", true);
   // Positions: the family's scheme (EncoderSpec), or, for ESM, position_embedding_type's.
   using Rotary = EncoderSpec::Rotary;
@@ -362,10 +349,7 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   const std::string head = spec.head_prefix;
   const bool weights = !ctx.no_weights();
   // A head's checkpoint holds the encoder under the head prefix; a base model's at the root.
-  const std::string prefix =
-      !head.empty() && (weights ? ctx.query_tensor(head + n.word + ".weight").has_value() : task != "feature-extraction")
-          ? head
-          : "";
+  const std::string prefix = checkpoint_prefix(ctx, head, n.word + ".weight", task);
   // Buffers the embeddings may save (arange of the positions, and the zero token types).
   ctx.ignore_tensors(prefix + "embeddings.position_ids");
   ctx.ignore_tensors(prefix + "embeddings.token_type_ids");
@@ -396,17 +380,7 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   const std::optional<SentenceModules> sentence =
       task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
   EncoderModel model(cfg, spec, prefix, pooler);
-  // transformers' legacy names, which it still reads (and ESM's checkpoints still carry): a
-  // LayerNorm's "gamma" and "beta" for its weight and bias.
-  const auto legacy = [&](const std::string& name) -> std::optional<std::string> {
-    if (!weights || ctx.query_tensor(name)) return std::nullopt;
-    for (const auto& [now, then] : {std::pair<std::string, std::string>{".weight", ".gamma"}, {".bias", ".beta"}})
-      if (name.size() > now.size() && name.compare(name.size() - now.size(), now.size(), now) == 0) {
-        const std::string old = name.substr(0, name.size() - now.size()) + then;
-        if (ctx.query_tensor(old)) return old;
-      }
-    return std::nullopt;
-  };
+  const auto legacy = legacy_norm_names(ctx);
   model.retarget(legacy);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
@@ -425,16 +399,54 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   // A classifier's rows are its labels: a config that counts others is refused by name before
   // the weights are planned.
   const std::string out_name = task == "sequence-classification" ? hn.seq_out : hn.token_out;
-  if (weights && task != "fill-mask")
-    if (auto t = ctx.query_tensor(out_name + ".weight"); t && !t->dims.empty() && t->dims[0] != cfg.num_labels)
-      throw Error(MOBIUS_ERROR_KIND_CONFIG,
-                  "[config] config.json: " + std::to_string(cfg.num_labels) +
-                      " labels ('id2label' or 'num_labels'), but the checkpoint's " + out_name + ".weight has " +
-                      std::to_string(t->dims[0]) + " rows, one per label");
+  if (task != "fill-mask") check_classifier_rows(ctx, out_name, cfg.num_labels);
   EncoderHead heads(cfg, spec, task, model);
   heads.retarget(legacy);
   ScopeGuard s(g, "head");
   g.output(heads.forward(g, out), "logits");
+}
+
+std::function<std::optional<std::string>(const std::string&)> legacy_norm_names(const BuildContext& ctx) {
+  return [&ctx](const std::string& name) -> std::optional<std::string> {
+    if (ctx.no_weights() || ctx.query_tensor(name)) return std::nullopt;
+    for (const auto& [now, then] : {std::pair<std::string, std::string>{".weight", ".gamma"}, {".bias", ".beta"}})
+      if (name.size() > now.size() && name.compare(name.size() - now.size(), now.size(), now) == 0) {
+        const std::string old = name.substr(0, name.size() - now.size()) + then;
+        if (ctx.query_tensor(old)) return old;
+      }
+    return std::nullopt;
+  };
+}
+
+int64_t read_num_labels(const ConfigReader& r, int64_t def) {
+  if (!r.has("id2label")) {
+    const int64_t n = r.get_int("num_labels", def);
+    if (n < 1) r.fail("num_labels", "must be at least 1");
+    return n;
+  }
+  const nlohmann::json& labels = r.raw().at("id2label");
+  if (!labels.is_object() || labels.empty()) r.fail("id2label", "must be a non-empty object of label names");
+  const int64_t n = static_cast<int64_t>(labels.size());
+  check_size_key("num_labels", n, "config.json: 'id2label'");
+  if (r.has("num_labels") && r.get_int("num_labels") != n)
+    r.fail("num_labels", "(" + std::to_string(r.get_int("num_labels")) + ") disagrees with the " + std::to_string(n) +
+                             " labels of 'id2label'");
+  return n;
+}
+
+std::string checkpoint_prefix(const BuildContext& ctx, const std::string& head_prefix, const std::string& probe,
+                              const std::string& task) {
+  if (head_prefix.empty()) return "";
+  const bool under = ctx.no_weights() ? task != "feature-extraction" : ctx.query_tensor(head_prefix + probe).has_value();
+  return under ? head_prefix : "";
+}
+
+void check_classifier_rows(const BuildContext& ctx, const std::string& name, int64_t num_labels) {
+  if (ctx.no_weights()) return;
+  if (auto t = ctx.query_tensor(name + ".weight"); t && !t->dims.empty() && t->dims[0] != num_labels)
+    throw Error(MOBIUS_ERROR_KIND_CONFIG, "[config] config.json: " + std::to_string(num_labels) +
+                                              " labels ('id2label' or 'num_labels'), but the checkpoint's " + name +
+                                              ".weight has " + std::to_string(t->dims[0]) + " rows, one per label");
 }
 
 void register_encoder(PluginRegistrar& r, const EncoderSpec& spec) {

@@ -92,14 +92,7 @@ ModernBertConfig read_config(const nlohmann::json& raw) {
     if (every < 1) r.fail("global_attn_every_n_layers", "must be positive");
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding.push_back(i % every != 0);
   }
-  if (r.has("id2label")) {
-    const nlohmann::json& labels = raw.at("id2label");
-    if (!labels.is_object() || labels.empty()) r.fail("id2label", "must be a non-empty object of label names");
-    c.num_labels = static_cast<int64_t>(labels.size());
-    check_size_key("num_labels", c.num_labels, "config.json: 'id2label'");
-  } else {
-    c.num_labels = r.get_int("num_labels", c.num_labels);
-  }
+  c.num_labels = read_num_labels(r, c.num_labels);
   EncoderSizes sizes{c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
                      c.num_attention_heads, max_positions, c.norm_eps, c.hidden_activation};
   sizes.act_key = "hidden_activation";
@@ -238,10 +231,7 @@ class ModernBertHead : public Module {
 void build(BuildContext& ctx, const ModernBertConfig& cfg, const std::string& task) {
   const bool weights = !ctx.no_weights();
   // A head's checkpoint holds the encoder under "model.".
-  const std::string prefix =
-      (weights ? ctx.query_tensor("model.embeddings.tok_embeddings.weight").has_value() : task != "feature-extraction")
-          ? "model."
-          : "";
+  const std::string prefix = checkpoint_prefix(ctx, "model.", "embeddings.tok_embeddings.weight", task);
   if (!prefix.empty() && task == "feature-extraction")
     for (const char* t : {"head.*", "decoder.*", "classifier.*"}) ctx.ignore_tensors(t);
   const std::optional<SentenceModules> sentence =
@@ -259,11 +249,7 @@ void build(BuildContext& ctx, const ModernBertConfig& cfg, const std::string& ta
       g.output(sentence_embedding(g, *sentence, h, mask, act), "sentence_embedding");
     return;
   }
-  if (task != "fill-mask" && weights)
-    if (auto t = ctx.query_tensor("classifier.weight"); t && !t->dims.empty() && t->dims[0] != cfg.num_labels)
-      throw Error(MOBIUS_ERROR_KIND_CONFIG, "[config] config.json: " + std::to_string(cfg.num_labels) +
-                                                " labels ('id2label' or 'num_labels'), but the checkpoint's "
-                                                "classifier.weight has " + std::to_string(t->dims[0]) + " rows, one per label");
+  if (task != "fill-mask") check_classifier_rows(ctx, "classifier", cfg.num_labels);
   const bool tied = cfg.tie_word_embeddings && !(weights && ctx.query_tensor("decoder.weight"));
   if (tied) ctx.ignore_tensors("decoder.weight");
   ModernBertHead head(cfg, task, tied);

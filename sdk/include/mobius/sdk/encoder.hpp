@@ -18,11 +18,14 @@
 // softmax compute in float32; with float16 weights the activation also runs in float32.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "mobius/sdk/config.hpp"
 #include "mobius/sdk/context.hpp"
 #include "mobius/sdk/layers.hpp"
 
@@ -184,6 +187,23 @@ EncoderConfig read_encoder_config(const EncoderSpec& spec, const nlohmann::json&
 // in the activation dtype; the encoder's weights read under the head prefix when the checkpoint
 // has it (a head's checkpoint), the other heads' tensors of such a checkpoint ignored.
 void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConfig& cfg, const std::string& task);
+
+// Parts every encoder family's reading and building shares (the spec's, DeBERTa's, ModernBERT's):
+// The number of labels as transformers' PretrainedConfig takes it: id2label's size when it is
+// given (num_labels, when given too, must agree), else num_labels (default `def`); at least 1.
+int64_t read_num_labels(const ConfigReader& r, int64_t def = 2);
+// The prefix a head's checkpoint puts on the encoder: `head_prefix` when the checkpoint has
+// `probe` (one of the encoder's tensors, named from its root) under it, else "". Without
+// weights: the prefix for a head's task, none for feature extraction.
+std::string checkpoint_prefix(const BuildContext& ctx, const std::string& head_prefix, const std::string& probe,
+                              const std::string& task);
+// transformers' legacy names, which it still reads (ESM's checkpoints still carry them): for a
+// parameter "<x>.weight" / "<x>.bias" the checkpoint lacks, its "<x>.gamma" / "<x>.beta", for
+// Module::retarget; keeps `ctx` by reference.
+std::function<std::optional<std::string>(const std::string&)> legacy_norm_names(const BuildContext& ctx);
+// Refuses (config kind, naming config.json's labels and the tensor) a classifier whose weight
+// `name`.weight has other than `num_labels` rows.
+void check_classifier_rows(const BuildContext& ctx, const std::string& name, int64_t num_labels);
 
 // Registers spec.model_type for encoder_tasks(), its config read by read_encoder_config and its
 // graph built by build_encoder. `spec` is kept by reference: it must live as long as the plugin
