@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mobius/sdk/encoder.hpp"
+#include "mobius/sdk/mobilebert.hpp"
 #include "mobius/sdk/modernbert.hpp"
 #include "mobius/sdk/plugin.hpp"
 
@@ -195,6 +196,7 @@ const std::vector<nn::EncoderSpec>& families() {
 void register_all(mobius::PluginRegistrar& r) {
   for (const nn::EncoderSpec& spec : families()) nn::register_encoder(r, spec);
   nn::register_modernbert(r);
+  nn::register_mobilebert(r);
 }
 
 }  // namespace
