@@ -10,6 +10,7 @@
 #include "mobius/sdk/encoder.hpp"
 #include "mobius/sdk/mobilebert.hpp"
 #include "mobius/sdk/modernbert.hpp"
+#include "mobius/sdk/xlm.hpp"
 #include "mobius/sdk/plugin.hpp"
 
 namespace {
@@ -197,6 +198,7 @@ void register_all(mobius::PluginRegistrar& r) {
   for (const nn::EncoderSpec& spec : families()) nn::register_encoder(r, spec);
   nn::register_modernbert(r);
   nn::register_mobilebert(r);
+  nn::register_xlm(r);
 }
 
 }  // namespace
