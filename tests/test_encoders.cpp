@@ -224,7 +224,7 @@ TEST_CASE("encoders: a sentence-transformers folder that cannot be built is refu
          write_text(d / "modules.json", modules(R"({"idx": 1, "path": "1_Pooling", "type": "my_package.CustomPooling"})"));
        },
        "modules.json: module 1: 'type' is 'my_package.CustomPooling', a module mobius does not build"},
-      {"a Dense module",
+      {"a Dense module without weights",
        [&](const fs::path& d) {
          fs::create_directories(d / "2_Dense");
          write_text(d / "2_Dense" / "config.json", R"({"in_features": 64, "out_features": 32, "bias": true})");
@@ -232,7 +232,31 @@ TEST_CASE("encoders: a sentence-transformers folder that cannot be built is refu
                     modules(R"({"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                                {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"})"));
        },
-       "mobius does not build sentence-transformers' Dense modules yet"},
+       "2_Dense: has no weights for its Dense layer"},
+      {"Dense weights of another shape than its config's",
+       [](const fs::path& d) {
+         const fs::path dense = encoder_case("st-bert-dense") / "2_Dense";
+         fs::create_directories(d / "2_Dense");
+         write_text(d / "2_Dense" / "model.safetensors", read_text(dense / "model.safetensors"));
+         write_text(d / "2_Dense" / "config.json", R"({"in_features": 64, "out_features": 16, "bias": true})");
+         write_text(d / "modules.json",
+                    R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+                        {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                        {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])");
+       },
+       "2_Dense/model.safetensors: linear.weight is [32, 64], not [16, 64] as config.json's in_features and "
+       "out_features say"},
+      {"a Dense activation of its own code",
+       [](const fs::path& d) {
+         fs::create_directories(d / "2_Dense");
+         write_text(d / "2_Dense" / "config.json",
+                    R"({"in_features": 64, "out_features": 32, "activation_function": "my_package.Swish"})");
+         write_text(d / "modules.json",
+                    R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+                        {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                        {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}])");
+       },
+       "'activation_function' is 'my_package.Swish', which mobius does not build"},
       {"a pooling size that is not the model's",
        [](const fs::path& d) { write_text(d / "1_Pooling" / "config.json", R"({"embedding_dimension": 32, "pooling_mode": "mean"})"); },
        "1_Pooling/config.json: 'embedding_dimension' (32) is not the transformer's hidden size (64)"},
@@ -282,7 +306,8 @@ TEST_CASE("encoders: GenAI refuses an encoder with the reason; the default is th
 }
 
 TEST_CASE("encoders: full-size configs build without weights, each in well under a second") {
-  // The sizes of bert-base-uncased, all-MiniLM-L6-v2 and xlm-roberta-large (its masked-LM head).
+  // The sizes of bert-base-uncased, all-MiniLM-L6-v2, xlm-roberta-large (its masked-LM head),
+  // ModernBERT-base and mobilebert-uncased.
   const std::vector<std::pair<std::string, nlohmann::json>> configs = {
       {"bert-base-uncased", {{"model_type", "bert"}, {"architectures", {"BertModel"}}, {"hidden_size", 768},
                              {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"intermediate_size", 3072},
@@ -294,6 +319,15 @@ TEST_CASE("encoders: full-size configs build without weights, each in well under
                              {"hidden_size", 1024}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
                              {"intermediate_size", 4096}, {"max_position_embeddings", 514}, {"type_vocab_size", 1},
                              {"vocab_size", 250002}, {"pad_token_id", 1}, {"layer_norm_eps", 1e-5}}},
+      {"ModernBERT-base", {{"model_type", "modernbert"}, {"architectures", {"ModernBertForMaskedLM"}},
+                           {"hidden_size", 768}, {"num_hidden_layers", 22}, {"num_attention_heads", 12},
+                           {"intermediate_size", 1152}, {"max_position_embeddings", 8192}, {"vocab_size", 50368},
+                           {"global_attn_every_n_layers", 3}, {"local_attention", 128}, {"global_rope_theta", 160000.0},
+                           {"local_rope_theta", 10000.0}, {"pad_token_id", 50283}}},
+      {"mobilebert-uncased", {{"model_type", "mobilebert"}, {"architectures", {"MobileBertModel"}},
+                              {"hidden_size", 512}, {"embedding_size", 128}, {"num_hidden_layers", 24},
+                              {"num_attention_heads", 4}, {"intermediate_size", 512}, {"intra_bottleneck_size", 128},
+                              {"vocab_size", 30522}}},
   };
   for (const auto& [name, cfg] : configs) {
     CAPTURE(name);

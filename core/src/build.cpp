@@ -9,6 +9,7 @@
 #include "checkpoint.hpp"
 #include "checkpoint_files.hpp"
 #include "context.hpp"
+#include "module_weights.hpp"
 #include "package.hpp"
 #include "untrusted.hpp"
 
@@ -241,7 +242,9 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.quiet = opts.quiet;
   if (!opts.no_weights && !dir.empty()) {
     // With config.json's quantization_config, so quantized weights read as float tensors.
-    impl->checkpoint = open_checkpoint(dir, ctx.source_config ? &*ctx.source_config : nullptr);
+    // A sentence-transformers folder's module weights (a Dense layer's) are read with the model's.
+    impl->checkpoint =
+        with_module_weights(open_checkpoint(dir, ctx.source_config ? &*ctx.source_config : nullptr), dir);
     ctx.checkpoint = impl->checkpoint.get();
   }
   ctx.model.mutable_graph()->set_name(model_type);

@@ -564,7 +564,7 @@ void build_deberta(BuildContext& ctx, const DebertaConfig& cfg, const std::strin
   model.retarget(legacy);
   // A sentence-transformers folder: its pooling and normalization add sentence_embedding.
   const std::optional<SentenceModules> sentence =
-      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
+      read_sentence_modules(ctx, cfg.hidden_size, task);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
   const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});

@@ -378,7 +378,7 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   }
   // A sentence-transformers folder: its pooling and normalization add sentence_embedding.
   const std::optional<SentenceModules> sentence =
-      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
+      read_sentence_modules(ctx, cfg.hidden_size, task);
   EncoderModel model(cfg, spec, prefix, pooler);
   const auto legacy = legacy_norm_names(ctx);
   model.retarget(legacy);

@@ -264,7 +264,7 @@ void build(BuildContext& ctx, const MobileBertConfig& cfg, const std::string& ta
   if (task == "fill-mask") ctx.ignore_tensors("cls.predictions.decoder.*");
   if (task != "fill-mask") check_classifier_rows(ctx, "classifier", cfg.num_labels);
   const std::optional<SentenceModules> sentence =
-      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
+      read_sentence_modules(ctx, cfg.hidden_size, task);
   MobileBertModel model(cfg, prefix, pooler);
   model.retarget(legacy_norm_names(ctx));
   Graph& g = ctx.graph();

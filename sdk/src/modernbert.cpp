@@ -235,7 +235,7 @@ void build(BuildContext& ctx, const ModernBertConfig& cfg, const std::string& ta
   if (!prefix.empty() && task == "feature-extraction")
     for (const char* t : {"head.*", "decoder.*", "classifier.*"}) ctx.ignore_tensors(t);
   const std::optional<SentenceModules> sentence =
-      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.hidden_size) : std::nullopt;
+      read_sentence_modules(ctx, cfg.hidden_size, task);
   ModernBertModel model(cfg, prefix);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);

@@ -3,6 +3,8 @@
 #include "mobius/sdk/sentence.hpp"
 
 #include "mobius/sdk/config.hpp"
+#include "mobius/sdk/layers.hpp"
+#include "mobius/sdk/module.hpp"
 #include "mobius/sdk/ops.hpp"
 
 namespace mobius::nn {
@@ -76,9 +78,76 @@ SentencePooling read_pooling(const nlohmann::json& j, const std::string& file, i
   return p;
 }
 
+std::string describe_dims(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// A Dense module's config and weights ("<folder>/linear.weight" [out, in], "<folder>/linear.bias").
+SentenceDense read_dense(const BuildContext& ctx, const nlohmann::json& j, const std::string& file,
+                         const std::string& folder, int64_t width) {
+  if (!j.is_object()) refuse(file, "must be a JSON object");
+  ConfigReader r(j, file);
+  SentenceDense d;
+  d.folder = folder;
+  if (!r.has("in_features") || !r.has("out_features")) r.fail("in_features", "and 'out_features' are required");
+  d.in = r.get_int("in_features");
+  d.out = r.get_int("out_features");
+  if (d.in != width)
+    r.fail("in_features", "(" + std::to_string(d.in) + ") is not the width of the embedding it takes (" +
+                              std::to_string(width) + ")");
+  if (d.out < 1 || d.out > (1 << 17)) r.fail("out_features", "must be from 1 to 131072");
+  d.bias = r.get_bool("bias", true);
+  const std::string fn = r.get_string("activation_function", "torch.nn.modules.activation.Tanh");
+  static const std::pair<const char*, const char*> kTorch[] = {
+      {"torch.nn.modules.activation.Tanh", "tanh"},       {"torch.nn.modules.linear.Identity", "linear"},
+      {"torch.nn.modules.activation.ReLU", "relu"},       {"torch.nn.modules.activation.GELU", "gelu"},
+      {"torch.nn.modules.activation.Sigmoid", "sigmoid"}, {"torch.nn.modules.activation.SiLU", "silu"}};
+  for (const auto& [torch_name, name] : kTorch)
+    if (fn == torch_name) d.activation = name;
+  if (d.activation.empty())
+    r.fail("activation_function", "is " + quote_value(fn) +
+                                      ", which mobius does not build (Tanh, Identity, ReLU, GELU, Sigmoid, SiLU of "
+                                      "torch.nn; it never runs a module's own code)");
+  if (ctx.no_weights()) return d;
+  const std::string w = folder + "/linear.weight", b = folder + "/linear.bias";
+  const auto wt = ctx.query_tensor(w);
+  if (!wt) refuse(folder, "has no weights for its Dense layer (linear.weight in model.safetensors or pytorch_model.bin)");
+  if (wt->dims != std::vector<int64_t>{d.out, d.in})
+    refuse(folder + "/model.safetensors", "linear.weight is " + describe_dims(wt->dims) + ", not [" + std::to_string(d.out) +
+                                              ", " + std::to_string(d.in) + "] as config.json's in_features and "
+                                              "out_features say");
+  if (d.bias) {
+    const auto bt = ctx.query_tensor(b);
+    if (!bt || bt->dims != std::vector<int64_t>{d.out})
+      refuse(folder + "/model.safetensors", "linear.bias is missing or not [" + std::to_string(d.out) + "]");
+  }
+  return d;
+}
+
+// A Dense layer's parameters, float32 whatever the build's dtype (the embedding computes in it).
+class DenseLayer : public Module {
+ public:
+  explicit DenseLayer(const SentenceDense& d) : d(d) {
+    declare("weight", {d.out, d.in}, DType::Float);
+    if (d.bias) declare("bias", {d.out}, DType::Float);
+  }
+  Value forward(Graph& g, Value x) const {
+    Value y = MatMul(x, Transpose(param(g, "weight"), {1, 0}));
+    if (d.bias) y = Add(y, param(g, "bias"));
+    return activation(d.activation, y);
+  }
+  SentenceDense d;
+};
+
 }  // namespace
 
-std::optional<SentenceModules> read_sentence_modules(const BuildContext& ctx, int64_t hidden) {
+std::optional<SentenceModules> read_sentence_modules(BuildContext& ctx, int64_t hidden, const std::string& task) {
+  if (task != "feature-extraction") {
+    ctx.ignore_tensors("*/*");  // module folders' weights ("2_Dense/linear.weight"); the model's have no '/'
+    return std::nullopt;
+  }
   const std::optional<std::string> text = ctx.read_source_file("modules.json");
   if (!text) return std::nullopt;
   const nlohmann::json list = parse_config_text(*text, "modules.json");
@@ -117,9 +186,10 @@ std::optional<SentenceModules> read_sentence_modules(const BuildContext& ctx, in
       if (config) parse_config_text(*config, file);
       out.normalize = true;
     } else if (cls == "Dense") {
-      refuse("modules.json", where + "'type' is " + quote_value(type) +
-                                 ": mobius does not build sentence-transformers' Dense modules yet (it builds "
-                                 "Transformer, Pooling and Normalize)");
+      if (!pooled || out.normalize) refuse("modules.json", where + "a Dense module must follow Pooling and precede Normalize");
+      if (!config) refuse(file, "is missing (the Dense module's sizes)");
+      const int64_t width = out.dense.empty() ? hidden * out.pooling.modes() : out.dense.back().out;
+      out.dense.push_back(read_dense(ctx, parse_config_text(*config, file), file, path, width));
     } else {
       refuse("modules.json", where + "'type' is " + quote_value(type) +
                                  ", a module mobius does not build (it builds sentence_transformers' Transformer, "
@@ -164,6 +234,13 @@ Value sentence_embedding(Graph& g, const SentenceModules& m, Value h, Value atte
     parts.push_back(ReduceSum(Mul(x, Unsqueeze(pick, {2})), {1}, false));
   }
   Value e = parts.size() == 1 ? parts.front() : Concat(parts, 1);
+  for (const SentenceDense& d : m.dense) {
+    struct Root : Module {
+      explicit Root(const SentenceDense& d) { layer = &add<DenseLayer>(d.folder + "/linear", d); }
+      const DenseLayer* layer;
+    } root(d);
+    e = root.layer->forward(g, e);
+  }
   if (m.normalize) {
     Value norm = Sqrt(ReduceSum(Mul(e, e), {1}, true));
     e = Div(e, Max(norm, Scalar(g, DType::Float, 1e-12)));

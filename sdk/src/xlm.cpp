@@ -91,7 +91,7 @@ void build(BuildContext& ctx, const XlmConfig& cfg, const std::string& task) {
   if (!p.empty() && task == "feature-extraction")
     for (const char* t : {"pred_layer.*", "sequence_summary.*", "classifier.*"}) ctx.ignore_tensors(t);
   const std::optional<SentenceModules> sentence =
-      task == "feature-extraction" ? read_sentence_modules(ctx, cfg.emb_dim) : std::nullopt;
+      read_sentence_modules(ctx, cfg.emb_dim, task);
   struct Model : Module {
     Model(const XlmConfig& c, const std::string& p) {
       word = &add<Embedding>(p + "embeddings", c.vocab_size, c.emb_dim);
