@@ -389,7 +389,7 @@ TEST_CASE("hub: the files a build needs, and only those") {
 
 TEST_CASE("hub: a sentence-transformers repository: modules.json and each module's config; a hostile one is refused") {
   TempDir t;
-  const fs::path st_case = fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-encoders" / "st-bert-mean-norm";
+  const fs::path st_case = fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-encoders" / "st-bert-dense";
   const fs::path repo = t / "repo";
   copy_dir(st_case, repo);
   const fs::path hostile = t / "hostile";
@@ -403,7 +403,8 @@ TEST_CASE("hub: a sentence-transformers repository: modules.json and each module
   INFO(r.output);
   REQUIRE(r.status == 0);
   check_layout(home, "org/st", {"config.json", "model.safetensors", "modules.json", "1_Pooling/config.json",
-                                "2_Normalize/config.json", "tokenizer.json", "tokenizer_config.json"});
+                                "2_Dense/config.json", "2_Dense/model.safetensors", "3_Normalize/config.json",
+                                "tokenizer.json", "tokenizer_config.json"});
   CHECK(read_text(t / "out" / "model.onnx").find("sentence_embedding") != std::string::npos);
   hub.reset();
   r = mobius_cli(hub_env(hub, home), "download -q org/hostile");

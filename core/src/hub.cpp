@@ -203,15 +203,23 @@ void Session::resolve_root(http::Client& c) {
   fetch_now(c, Item{kModelIndex, std::move(*p)});
 }
 
-// A sentence-transformers repository: modules.json (fetched now, to be read) and the config of
-// each module it lists.
+// A sentence-transformers repository: modules.json (fetched now, to be read), the config of each
+// module it lists, and the module's weights where it has them (model.safetensors or
+// pytorch_model.bin: a Dense layer's).
 void Session::fetch_sentence_modules(http::Client& c) {
   Item it;
   const Probe p = probe(c, kSentenceModules, &it);
   if (p == Probe::Missing) return;
   if (p == Probe::Found) fetch_now(c, it);
-  probe_all(sentence_module_configs(rc_.pointer(commit_, kSentenceModules), in_commit(kSentenceModules)),
-            /*required=*/false);
+  // Each module's config, and its weights where it has them (a Dense layer's).
+  std::vector<std::string> files;
+  for (const std::string& config : sentence_module_configs(rc_.pointer(commit_, kSentenceModules), in_commit(kSentenceModules))) {
+    const std::string folder = config.substr(0, config.size() - std::string("config.json").size());
+    files.push_back(config);
+    if (opts_.weights)
+      for (const WeightFormat& f : kWeightFormats) files.push_back(folder + f.single);
+  }
+  probe_all(files, /*required=*/false);
 }
 
 // A pipeline's components: C/config.json of each (a model when it exists); the known small files
