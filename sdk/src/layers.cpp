@@ -438,15 +438,15 @@ Value activation_f32(const std::string& name, Value x) {
 Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
                         const EncoderRope* rope) {
   q = Transpose(Reshape(q, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
-  v = Transpose(Reshape(v, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
   if (rope) {
     k = Transpose(Reshape(k, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
     q = apply_rope(q, rope->cos, rope->sin, rope->interleaved);
     k = Transpose(apply_rope(k, rope->cos, rope->sin, rope->interleaved), {0, 1, 3, 2});  // [b, h, d, s]
-    if (rope->values) v = apply_rope(v, rope->cos, rope->sin, rope->interleaved);
   } else {
     k = Transpose(Reshape(k, {0, 0, heads, head_dim}), {0, 2, 3, 1});  // [b, h, d, s]
   }
+  v = Transpose(Reshape(v, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
+  if (rope && rope->values) v = apply_rope(v, rope->cos, rope->sin, rope->interleaved);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   Value scores = Cast(MatMul(q, k), DType::Float);
   scores = Add(Mul(scores, Scalar(g, DType::Float, scale)), bias);
