@@ -94,21 +94,10 @@ class EncoderModel : public Module {
     Value h;
     {
       ScopeGuard s(g, "embeddings");
-      h = word->forward(g, input_ids, act);  // [b, s, hidden]
-      if (spec.esm_embeddings && cfg.token_dropout) h = esm_token_dropout(g, h, input_ids, attention_mask);
-      const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
-      if (!position) {
-      } else if (spec.positions_from_padding || spec.padding_idx >= 0 || spec.esm_embeddings) {
-        Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
-        Value pos = Add(Mul(CumSum(real, 1), real), Int(g, pad));
-        h = Add(h, position->forward(g, pos, act));
-      } else {
-        // position_ids = arange(seq): the table's first seq rows.
-        Value rows = Slice(position->param(g, "weight"), Ints(g, {0}), seq, {0});
-        h = Add(h, Cast(rows, act));
-      }
-      if (token_type) h = Add(h, token_type->forward(g, token_type_ids, act));
-      if (embed_norm) h = embed_norm->forward(g, h);
+      if (Value fused = fused_embeddings(g, input_ids, token_type_ids, act); fused.valid())
+        h = fused;
+      else
+        h = embeddings(g, input_ids, token_type_ids, attention_mask, seq, act);
       if (spec.esm_embeddings) h = Mul(h, Cast(Unsqueeze(attention_mask, {2}), act));  // zero at padding
       if (embed_project) h = embed_project->forward(g, h);
     }
@@ -126,6 +115,49 @@ class EncoderModel : public Module {
     Value first = Squeeze(Slice(h, Ints(g, {0}), Ints(g, {1}), {1}), {1});  // [b, hidden]
     out.pooler_output = Cast(Tanh(Cast(pooler->forward(g, first), DType::Float)), act);
     return out;
+  }
+
+  // The embeddings' sum (word, position, token type; ESM's token dropout) and norm.
+  Value embeddings(Graph& g, Value input_ids, Value token_type_ids, Value attention_mask, Value seq, DType act) const {
+    Value h = word->forward(g, input_ids, act);  // [b, s, hidden]
+    if (spec.esm_embeddings && cfg.token_dropout) h = esm_token_dropout(g, h, input_ids, attention_mask);
+    const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
+    if (!position) {
+    } else if (spec.positions_from_padding || spec.padding_idx >= 0 || spec.esm_embeddings) {
+      Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
+      Value pos = Add(Mul(CumSum(real, 1), real), Int(g, pad));
+      h = Add(h, position->forward(g, pos, act));
+    } else {
+      // position_ids = arange(seq): the table's first seq rows.
+      Value rows = Slice(position->param(g, "weight"), Ints(g, {0}), seq, {0});
+      h = Add(h, Cast(rows, act));
+    }
+    if (token_type) h = Add(h, token_type->forward(g, token_type_ids, act));
+    return embed_norm ? embed_norm->forward(g, h) : h;
+  }
+
+  // With ONNX Runtime's operators and float32 activations, the embeddings' sum and norm as one
+  // EmbedLayerNormalization (com.microsoft) node: word + position (0 .. seq-1, or numbered from
+  // the padding index) + token type, then the LayerNorm; invalid where the family's embeddings
+  // are otherwise (no norm, ESM's).
+  Value fused_embeddings(Graph& g, Value input_ids, Value token_type_ids, DType act) const {
+    if (!ort_ops(g.context()) || act != DType::Float || !embed_norm || !position || spec.esm_embeddings ||
+        g.context().weight_dtype() != DType::Float)
+      return Value();
+    Value ids32 = Cast(input_ids, DType::Int32);
+    std::vector<Value> in = {ids32, token_type ? Cast(token_type_ids, DType::Int32) : Value(), word->param(g, "weight"),
+                             position->param(g, "weight"), token_type ? token_type->param(g, "weight") : Value(),
+                             embed_norm->param(g, "weight", DType::Float), embed_norm->param(g, "bias", DType::Float)};
+    if (spec.positions_from_padding || spec.padding_idx >= 0) {
+      const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
+      Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
+      in.push_back(Value());  // mask
+      in.push_back(Cast(Add(Mul(CumSum(real, 1), real), Int(g, pad)), DType::Int32));
+    }
+    const TensorType out(DType::Float, {input_ids.dim(0), input_ids.dim(1), Dim(cfg.embedding_size)});
+    const TensorType mask_index(DType::Int32, {input_ids.dim(0)});  // unused: the attention reads attention_mask
+    return g.node("EmbedLayerNormalization", in, {out, mask_index}, {Attr("epsilon", cfg.layer_norm_eps)},
+                  "com.microsoft")[0];
   }
 
   // ESM's token dropout at inference: mask tokens' embeddings zeroed, every row scaled by
