@@ -567,16 +567,10 @@ void build_deberta(BuildContext& ctx, const DebertaConfig& cfg, const std::strin
       read_sentence_modules(ctx, cfg.hidden_size, task);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
-  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
-  Value ids = g.input("input_ids", ids_t);
-  Value mask = g.input("attention_mask", ids_t);
-  Value types = model.token_type ? g.input("token_type_ids", ids_t) : Value();
+  const EncoderInputs in = encoder_inputs(g, model.token_type != nullptr);
+  const Value ids = in.input_ids, mask = in.attention_mask, types = in.token_type_ids;
   Value h = model.forward(g, ids, mask, types, act);
-  if (task == "feature-extraction") {
-    g.output(h, "last_hidden_state");
-    if (sentence && sentence->pooling.modes() > 0) g.output(sentence_embedding(g, *sentence, h, mask, act), "sentence_embedding");
-    return;
-  }
+  if (task == "feature-extraction") return output_features(g, h, Value(), sentence, mask, act);
   // A classifier's rows are its labels: a config that counts others is refused by name before
   // the weights are planned.
   if (task != "fill-mask") check_classifier_rows(ctx, "classifier", cfg.num_labels);

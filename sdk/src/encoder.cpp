@@ -416,18 +416,10 @@ void build_encoder(BuildContext& ctx, const EncoderSpec& spec, const EncoderConf
   model.retarget(legacy);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
-  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
-  Value ids = g.input("input_ids", ids_t);
-  Value mask = g.input("attention_mask", ids_t);
-  Value types = model.token_type ? g.input("token_type_ids", ids_t) : Value();
-  EncoderOutputs out = model.forward(g, ids, mask, types, act);
-  if (task == "feature-extraction") {
-    g.output(out.last_hidden_state, "last_hidden_state");
-    if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
-    if (sentence && sentence->pooling.modes() > 0)
-      g.output(sentence_embedding(g, *sentence, out.last_hidden_state, mask, act), "sentence_embedding");
-    return;
-  }
+  const EncoderInputs in = encoder_inputs(g, model.token_type != nullptr);
+  EncoderOutputs out = model.forward(g, in.input_ids, in.attention_mask, in.token_type_ids, act);
+  if (task == "feature-extraction")
+    return output_features(g, out.last_hidden_state, out.pooler_output, sentence, in.attention_mask, act);
   // A classifier's rows are its labels: a config that counts others is refused by name before
   // the weights are planned.
   const std::string out_name = task == "sequence-classification" ? hn.seq_out : hn.token_out;
@@ -448,6 +440,23 @@ std::function<std::optional<std::string>(const std::string&)> legacy_norm_names(
       }
     return std::nullopt;
   };
+}
+
+EncoderInputs encoder_inputs(Graph& g, bool token_types) {
+  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
+  EncoderInputs in;
+  in.input_ids = g.input("input_ids", ids_t);
+  in.attention_mask = g.input("attention_mask", ids_t);
+  if (token_types) in.token_type_ids = g.input("token_type_ids", ids_t);
+  return in;
+}
+
+void output_features(Graph& g, Value last_hidden_state, Value pooler_output, const std::optional<SentenceModules>& sentence,
+                     Value attention_mask, DType act) {
+  g.output(last_hidden_state, "last_hidden_state");
+  if (pooler_output.valid()) g.output(pooler_output, "pooler_output");
+  if (sentence && sentence->pooling.modes() > 0)
+    g.output(sentence_embedding(g, *sentence, last_hidden_state, attention_mask, act), "sentence_embedding");
 }
 
 int64_t read_num_labels(const ConfigReader& r, int64_t def) {

@@ -269,18 +269,10 @@ void build(BuildContext& ctx, const MobileBertConfig& cfg, const std::string& ta
   model.retarget(legacy_norm_names(ctx));
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
-  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
-  Value ids = g.input("input_ids", ids_t);
-  Value mask = g.input("attention_mask", ids_t);
-  Value types = cfg.type_vocab_size > 0 ? g.input("token_type_ids", ids_t) : Value();
+  const EncoderInputs in = encoder_inputs(g, cfg.type_vocab_size > 0);
+  const Value ids = in.input_ids, mask = in.attention_mask, types = in.token_type_ids;
   auto [h, pooled] = model.forward(g, ids, mask, types, act);
-  if (task == "feature-extraction") {
-    g.output(h, "last_hidden_state");
-    if (pooler) g.output(pooled, "pooler_output");
-    if (sentence && sentence->pooling.modes() > 0)
-      g.output(sentence_embedding(g, *sentence, h, mask, act), "sentence_embedding");
-    return;
-  }
+  if (task == "feature-extraction") return output_features(g, h, pooler ? pooled : Value(), sentence, mask, act);
   if (task == "fill-mask" && !cfg.tie_word_embeddings)
     throw Error(MOBIUS_ERROR_KIND_CONFIG, "[config] config.json: 'tie_word_embeddings' is false: MobileBERT's masked LM "
                                           "reads its decoder from the word embeddings");
@@ -291,13 +283,6 @@ void build(BuildContext& ctx, const MobileBertConfig& cfg, const std::string& ta
 
 }  // namespace
 
-void register_mobilebert(PluginRegistrar& r) {
-  r.add_tasks(
-      "mobilebert", encoder_tasks(),
-      [](const nlohmann::json& raw, const std::string&) { return nlohmann::json(read_config(raw)); },
-      [](BuildContext& ctx, const nlohmann::json& cfg) {
-        build(ctx, cfg.get<MobileBertConfig>(), cfg.at("task").get<std::string>());
-      });
-}
+void register_mobilebert(PluginRegistrar& r) { register_encoder_family<MobileBertConfig>(r, "mobilebert", read_config, build); }
 
 }  // namespace mobius::nn

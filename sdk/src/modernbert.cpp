@@ -239,16 +239,10 @@ void build(BuildContext& ctx, const ModernBertConfig& cfg, const std::string& ta
   ModernBertModel model(cfg, prefix);
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
-  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
-  Value ids = g.input("input_ids", ids_t);
-  Value mask = g.input("attention_mask", ids_t);
+  const EncoderInputs in = encoder_inputs(g, false);
+  const Value ids = in.input_ids, mask = in.attention_mask;
   Value h = model.forward(g, ids, mask, act);
-  if (task == "feature-extraction") {
-    g.output(h, "last_hidden_state");
-    if (sentence && sentence->pooling.modes() > 0)
-      g.output(sentence_embedding(g, *sentence, h, mask, act), "sentence_embedding");
-    return;
-  }
+  if (task == "feature-extraction") return output_features(g, h, Value(), sentence, mask, act);
   if (task != "fill-mask") check_classifier_rows(ctx, "classifier", cfg.num_labels);
   const bool tied = cfg.tie_word_embeddings && !(weights && ctx.query_tensor("decoder.weight"));
   if (tied) ctx.ignore_tensors("decoder.weight");
@@ -259,13 +253,6 @@ void build(BuildContext& ctx, const ModernBertConfig& cfg, const std::string& ta
 
 }  // namespace
 
-void register_modernbert(PluginRegistrar& r) {
-  r.add_tasks(
-      "modernbert", encoder_tasks(),
-      [](const nlohmann::json& raw, const std::string&) { return nlohmann::json(read_config(raw)); },
-      [](BuildContext& ctx, const nlohmann::json& cfg) {
-        build(ctx, cfg.get<ModernBertConfig>(), cfg.at("task").get<std::string>());
-      });
-}
+void register_modernbert(PluginRegistrar& r) { register_encoder_family<ModernBertConfig>(r, "modernbert", read_config, build); }
 
 }  // namespace mobius::nn

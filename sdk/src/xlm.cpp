@@ -106,21 +106,15 @@ void build(BuildContext& ctx, const XlmConfig& cfg, const std::string& task) {
   model.retarget(legacy_norm_names(ctx));
   Graph& g = ctx.graph();
   const DType act = activation_dtype(ctx);
-  const TensorType ids_t(DType::Int64, {Dim("batch_size"), Dim("sequence_length")});
-  Value ids = g.input("input_ids", ids_t);
-  Value mask = g.input("attention_mask", ids_t);
+  const EncoderInputs in = encoder_inputs(g, false);
+  const Value ids = in.input_ids, mask = in.attention_mask;
   Value keep = Cast(Unsqueeze(mask, {2}), act);  // [b, s, 1]: padded rows zeroed
   Value h = model.word->forward(g, ids, act);
   h = Add(h, Cast(Slice(model.position->param(g, "weight"), Ints(g, {0}), DimOf(ids, 1), {0}), act));
   h = Mul(model.norm->forward(g, h), keep);
   PaddedAttention padding(mask);
   for (const XlmLayer* l : model.layers) h = l->forward(g, h, padding, keep);
-  if (task == "feature-extraction") {
-    g.output(h, "last_hidden_state");
-    if (sentence && sentence->pooling.modes() > 0)
-      g.output(sentence_embedding(g, *sentence, h, mask, act), "sentence_embedding");
-    return;
-  }
+  if (task == "feature-extraction") return output_features(g, h, Value(), sentence, mask, act);
   ScopeGuard s(g, "head");
   if (task == "fill-mask") {
     // pred_layer.proj: the embeddings' weight (unless stored) and its own bias.
@@ -164,12 +158,6 @@ void build(BuildContext& ctx, const XlmConfig& cfg, const std::string& task) {
 
 }  // namespace
 
-void register_xlm(PluginRegistrar& r) {
-  r.add_tasks(
-      "xlm", encoder_tasks(), [](const nlohmann::json& raw, const std::string&) { return nlohmann::json(read_config(raw)); },
-      [](BuildContext& ctx, const nlohmann::json& cfg) {
-        build(ctx, cfg.get<XlmConfig>(), cfg.at("task").get<std::string>());
-      });
-}
+void register_xlm(PluginRegistrar& r) { register_encoder_family<XlmConfig>(r, "xlm", read_config, build); }
 
 }  // namespace mobius::nn

@@ -28,6 +28,7 @@
 #include "mobius/sdk/config.hpp"
 #include "mobius/sdk/context.hpp"
 #include "mobius/sdk/layers.hpp"
+#include "mobius/sdk/plugin.hpp"
 
 namespace mobius {
 class PluginRegistrar;
@@ -204,6 +205,27 @@ std::function<std::optional<std::string>(const std::string&)> legacy_norm_names(
 // Refuses (config kind, naming config.json's labels and the tensor) a classifier whose weight
 // `name`.weight has other than `num_labels` rows.
 void check_classifier_rows(const BuildContext& ctx, const std::string& name, int64_t num_labels);
+
+// An encoder graph's inputs: input_ids, attention_mask and (with token types) token_type_ids,
+// int64 [batch_size, sequence_length].
+struct EncoderInputs {
+  Value input_ids, attention_mask, token_type_ids;
+};
+EncoderInputs encoder_inputs(Graph& g, bool token_types);
+// A feature-extraction graph's outputs: last_hidden_state, pooler_output (when valid) and, for a
+// sentence-transformers folder with pooling, its sentence_embedding.
+struct SentenceModules;
+void output_features(Graph& g, Value last_hidden_state, Value pooler_output, const std::optional<SentenceModules>& sentence,
+                     Value attention_mask, DType act);
+// Registers a family of its own builder for encoder_tasks(): `read` parses config.json into
+// `Config` (a JSON-convertible struct), `build` builds the task's graph.
+template <class Config>
+void register_encoder_family(PluginRegistrar& r, const std::string& model_type, Config (*read)(const nlohmann::json&),
+                             void (*build)(BuildContext&, const Config&, const std::string& task)) {
+  r.add_tasks(
+      model_type, encoder_tasks(), [read](const nlohmann::json& raw, const std::string&) { return nlohmann::json(read(raw)); },
+      [build](BuildContext& ctx, const nlohmann::json& cfg) { build(ctx, cfg.get<Config>(), cfg.at("task").get<std::string>()); });
+}
 
 // Registers spec.model_type for encoder_tasks(), its config read by read_encoder_config and its
 // graph built by build_encoder. `spec` is kept by reference: it must live as long as the plugin
