@@ -21,7 +21,7 @@ namespace nn = mobius::nn;
 // layers under transformer.layer.N with q_lin/k_lin/v_lin/out_lin, sa_layer_norm, ffn.lin1/lin2
 // and output_layer_norm; its LayerNorm eps is fixed at 1e-12 (no config key).
 nn::EncoderSpec distilbert() {
-  nn::EncoderSpec s{"distilbert", "distilbert.", false, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of("distilbert", "distilbert.");
   s.keys = {"dim", "n_layers", "n_heads", "hidden_dim", "activation", "", ""};
   s.names.token_type = "";
   s.names.layer = "transformer.layer.";
@@ -48,7 +48,7 @@ nn::EncoderSpec distilbert() {
 // RoBERTa's heads (modeling_roberta.py): RobertaClassificationHead, out_proj(tanh(dense(h[:, 0])));
 // RobertaLMHead, decoder(layer_norm(gelu(dense(h)))) + bias.
 nn::EncoderSpec roberta_like(const std::string& model_type, const std::string& head_prefix) {
-  nn::EncoderSpec s{model_type, head_prefix, true, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of(model_type, head_prefix, true);
   s.heads.seq_dense = "classifier.dense";
   s.heads.seq_out = "classifier.out_proj";
   s.heads.mlm_dense = "lm_head.dense";
@@ -65,7 +65,7 @@ nn::EncoderSpec roberta_like(const std::string& model_type, const std::string& h
 // generator_lm_head(LayerNorm(gelu(generator_predictions.dense(h)))), its weight the word
 // embeddings', its bias its own.
 nn::EncoderSpec electra() {
-  nn::EncoderSpec s{"electra", "electra.", false, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of("electra", "electra.");
   s.keys.embedding = "embedding_size";
   s.names.embed_project = "embeddings_project";
   s.names.pooler = "";
@@ -86,7 +86,7 @@ nn::EncoderSpec electra() {
 // bare Linear ("pooler", tanh). Masked LM: predictions.decoder(LayerNorm(act(predictions.dense(h))))
 // + predictions.bias, the decoder the word embeddings.
 nn::EncoderSpec albert() {
-  nn::EncoderSpec s{"albert", "albert.", false, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of("albert", "albert.");
   s.keys.embedding = "embedding_size";
   s.names.embed_project = "encoder.embedding_hidden_mapping_in";
   s.names.embed_project_always = true;
@@ -111,7 +111,7 @@ nn::EncoderSpec albert() {
 // Megatron-BERT (modeling_megatron_bert.py): BERT's heads and prefix ("bert."), pre-norm layers
 // (attention.ln before the attention, ln before the MLP), no embedding norm, a final encoder.ln.
 nn::EncoderSpec megatron_bert() {
-  nn::EncoderSpec s{"megatron-bert", "bert.", false, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of("megatron-bert", "bert.");
   s.pre_norm = true;
   s.names.embed_norm = "";
   s.names.attn_norm = "attention.ln";
@@ -143,7 +143,7 @@ nn::EncoderSpec mpnet() {
 // rotary_value), factorized embeddings like ELECTRA's, no pooler; its classification head's
 // activation is hidden_act.
 nn::EncoderSpec roformer() {
-  nn::EncoderSpec s{"roformer", "roformer.", false, {}, {}};
+  nn::EncoderSpec s = nn::EncoderSpec::of("roformer", "roformer.");
   s.keys.embedding = "embedding_size";
   s.names.embed_project = "embeddings_project";
   s.names.pooler = "";
@@ -178,7 +178,7 @@ nn::EncoderSpec esm() {
 
 const std::vector<nn::EncoderSpec>& families() {
   static const std::vector<nn::EncoderSpec> f = {
-      {"bert", "bert.", false, {}, {}},
+      nn::EncoderSpec::of("bert", "bert."),
       roberta_like("roberta", "roberta."),
       roberta_like("xlm-roberta", "roberta."),
       roberta_like("camembert", "roberta."),

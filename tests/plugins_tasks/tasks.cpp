@@ -27,7 +27,7 @@ void build(mobius::BuildContext& ctx, const nlohmann::json& cfg, bool pooled) {
 // A BERT family under other names (tensors and config keys): one spec row, no code of its own.
 const mobius::nn::EncoderSpec& renamed_bert() {
   static const mobius::nn::EncoderSpec s = [] {
-    mobius::nn::EncoderSpec e{"renamed_bert", "", false, {}, {}};
+    mobius::nn::EncoderSpec e = mobius::nn::EncoderSpec::of("renamed_bert", "");
     e.keys.hidden = "width";
     e.keys.layers = "depth";
     e.names.word = "emb.tokens";

@@ -107,6 +107,14 @@ inline const std::vector<std::string>& encoder_tasks() {
 }
 
 struct EncoderSpec {
+  // A spec with the defaults (BERT's keys, names and heads) for `model_type`.
+  static EncoderSpec of(std::string model_type, std::string head_prefix, bool positions_from_padding = false) {
+    EncoderSpec s;
+    s.model_type = std::move(model_type);
+    s.head_prefix = std::move(head_prefix);
+    s.positions_from_padding = positions_from_padding;
+    return s;
+  }
   std::string model_type;
   std::string head_prefix;              // its tensors in the checkpoints of its heads ("bert.")
   bool positions_from_padding = false;  // RoBERTa's create_position_ids_from_input_ids
