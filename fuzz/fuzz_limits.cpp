@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mobius/error.hpp"
-#include "untrusted.hpp"
+#include "util/untrusted.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bin_util.hpp"
-#include "pytorch_bin.hpp"
+#include "checkpoint/pytorch_bin.hpp"
 
 namespace {
 

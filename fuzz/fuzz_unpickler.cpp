@@ -2,7 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "unpickler.hpp"
+#include "checkpoint/unpickler.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <functional>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/plugin.h"
 #include "onnx/onnx_pb.h"
 #include "test_util.hpp"

@@ -13,10 +13,10 @@
 #include <set>
 
 #include "golden_util.hpp"
-#include "http.hpp"
-#include "hub.hpp"
-#include "hub_cache.hpp"
-#include "digest.hpp"
+#include "hub/http.hpp"
+#include "hub/hub.hpp"
+#include "hub/hub_cache.hpp"
+#include "util/digest.hpp"
 
 extern char** environ;
 

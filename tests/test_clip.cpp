@@ -12,7 +12,7 @@
 #include <map>
 #include <set>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "golden_util.hpp"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"

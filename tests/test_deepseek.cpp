@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/plugin.h"
 #include "onnx/onnx_pb.h"
 #include "golden_util.hpp"

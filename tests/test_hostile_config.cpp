@@ -4,7 +4,7 @@
 // short. Plus the host's graph budget, which stops whatever gets past the config checks.
 #include <doctest/doctest.h>
 
-#include "context.hpp"
+#include "plugins/context.hpp"
 #include "golden_util.hpp"
 #include "sdk_util.hpp"
 #include "mobius/build.hpp"

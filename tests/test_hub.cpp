@@ -17,12 +17,12 @@
 
 #include "golden_util.hpp"
 #include "hub_util.hpp"
-#include "http.hpp"
-#include "hub.hpp"
-#include "hub_cache.hpp"
+#include "hub/http.hpp"
+#include "hub/hub.hpp"
+#include "hub/hub_cache.hpp"
 #include "mobius/hub.hpp"
-#include "digest.hpp"
-#include "untrusted.hpp"
+#include "util/digest.hpp"
+#include "util/untrusted.hpp"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <chrono>
 
 #include "hub_util.hpp"
-#include "untrusted.hpp"
+#include "util/untrusted.hpp"
 
 using namespace mobius;
 using namespace mobius::test;

@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/sdk/module_build.hpp"
 #include "mobius/plugins.hpp"
 #include "onnx/onnx_pb.h"

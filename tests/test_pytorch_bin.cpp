@@ -15,9 +15,9 @@
 #include <doctest/doctest.h>
 
 #include "bin_util.hpp"
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/plugin.h"
-#include "pytorch_bin.hpp"
+#include "checkpoint/pytorch_bin.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "golden_util.hpp"
 #include "mobius/plugin.h"
 #include "test_util.hpp"

@@ -11,8 +11,8 @@
 #include <map>
 
 #include "golden_util.hpp"
-#include "layout.hpp"
-#include "digest.hpp"
+#include "save/layout.hpp"
+#include "util/digest.hpp"
 
 using namespace mobius;
 using namespace mobius::test;

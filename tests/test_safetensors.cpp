@@ -15,7 +15,7 @@
 
 #include <doctest/doctest.h>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/plugin.h"
 
 namespace fs = std::filesystem;

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <fstream>
 
-#include "context.hpp"
+#include "plugins/context.hpp"
 #include "mobius/build.hpp"
 #include "mobius/plugins.hpp"
-#include "package.hpp"
+#include "save/package.hpp"
 #include "test_util.hpp"
 
 using namespace mobius;

@@ -1,4 +1,4 @@
-// test_untrusted.cpp - core/src/untrusted.cpp: values quoted into messages are printable and
+// test_untrusted.cpp - core/src/util/untrusted.cpp: values quoted into messages are printable and
 // short; JSON and YAML are refused as soon as they pass their limits, naming the file and limit.
 #include <doctest/doctest.h>
 
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mobius/error.hpp"
-#include "untrusted.hpp"
+#include "util/untrusted.hpp"
 
 using namespace mobius;
 

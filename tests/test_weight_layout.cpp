@@ -12,13 +12,13 @@
 #include <limits>
 #include <random>
 
-#include "checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "mobius/build.hpp"
 #include "mobius/sdk/context.hpp"
 #include "mobius/sdk/half.hpp"
 #include "mobius/sdk/quant.hpp"
 #include "test_util.hpp"
-#include "weight_plan.hpp"
+#include "weights/weight_plan.hpp"
 
 using namespace mobius::test;
 using mobius::CheckpointReader;

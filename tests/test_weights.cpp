@@ -8,7 +8,7 @@
 
 #include "mobius/plugin.h"
 #include "mobius/sdk/half.hpp"
-#include "weight_plan.hpp"
+#include "weights/weight_plan.hpp"
 
 using namespace mobius;
 

@@ -31,9 +31,9 @@
 
 #include "mobius/error.hpp"
 #include "onnx/onnx_pb.h"
-#include "checkpoint_files.hpp"
-#include "layout.hpp"
-#include "untrusted.hpp"  // printable, quote_name, parse_json_limited
+#include "checkpoint/checkpoint_files.hpp"
+#include "save/layout.hpp"
+#include "util/untrusted.hpp"  // printable, quote_name, parse_json_limited
 
 namespace mobius::cli {
 

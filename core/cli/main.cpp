@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "info.hpp"
-#include "layout.hpp"
+#include "save/layout.hpp"
 #include "mobius/build.hpp"
 #include "mobius/hub.hpp"
 #include "mobius/pipeline.hpp"

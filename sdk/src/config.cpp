@@ -10,7 +10,7 @@ namespace mobius {
 
 namespace {
 
-// The limits of config text, the host's kConfigLimits (core/src/untrusted.hpp) restated: the
+// The limits of config text, the host's kConfigLimits (core/src/util/untrusted.hpp) restated: the
 // SDK holds to them on its own, whatever host it runs in.
 constexpr size_t kMaxConfigBytes = 16u << 20;
 constexpr int kMaxConfigDepth = 64;

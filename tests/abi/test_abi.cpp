@@ -7,8 +7,8 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "checkpoint.hpp"
-#include "context.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "plugins/context.hpp"
 #include "mobius/build.hpp"
 #include "mobius/plugins.hpp"
 #include "mobius/sdk/context.hpp"
