@@ -144,6 +144,12 @@ nlohmann::json parse_config_text(std::string_view text, const std::string& what,
   return nullptr;  // not reached
 }
 
+std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 std::string quote_value(std::string_view s) { return "'" + escaped(s, kMaxShown) + "'"; }
 
 std::string describe_value(const nlohmann::json& v) {

@@ -364,7 +364,7 @@ class DebertaHead : public Module {
     Value t = norm_->forward(g, activation_f32(act_, dense_->forward(g, h)));
     // The word embeddings' table [vocab, embedding_size] read transposed, or the own decoder.
     Value logits = decoder_ ? decoder_->forward(g, t)
-                            : MatMul(t, Cast(Transpose(encoder_.word->param(g, "weight"), {1, 0}), t.dtype()));
+                            : encoder_.word->tied_logits(g, t);
     return bias_ ? Add(logits, Cast(bias_->forward(g), logits.dtype())) : logits;
   }
 

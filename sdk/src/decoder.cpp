@@ -158,16 +158,6 @@ Value TextModel::embed(Graph& g, SharedInputs& shared) const {
   return e;
 }
 
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 void TextModel::check_checkpoint(BuildContext& ctx) const {
   const std::string emb = embed_tokens->full_name("weight");
   if (auto e = ctx.query_tensor(emb); e && e->dims.size() == 2) {

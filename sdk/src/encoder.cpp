@@ -117,15 +117,22 @@ class EncoderModel : public Module {
     return out;
   }
 
+  // Positions numbered from the padding index where the family does (RoBERTa's
+  // create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad); invalid where
+  // they are 0 .. seq-1.
+  Value padding_positions(Graph& g, Value input_ids) const {
+    if (!spec.positions_from_padding && spec.padding_idx < 0 && !spec.esm_embeddings) return Value();
+    const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
+    Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
+    return Add(Mul(CumSum(real, 1), real), Int(g, pad));
+  }
+
   // The embeddings' sum (word, position, token type; ESM's token dropout) and norm.
   Value embeddings(Graph& g, Value input_ids, Value token_type_ids, Value attention_mask, Value seq, DType act) const {
     Value h = word->forward(g, input_ids, act);  // [b, s, hidden]
     if (spec.esm_embeddings && cfg.token_dropout) h = esm_token_dropout(g, h, input_ids, attention_mask);
-    const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
     if (!position) {
-    } else if (spec.positions_from_padding || spec.padding_idx >= 0 || spec.esm_embeddings) {
-      Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
-      Value pos = Add(Mul(CumSum(real, 1), real), Int(g, pad));
+    } else if (Value pos = padding_positions(g, input_ids); pos.valid()) {
       h = Add(h, position->forward(g, pos, act));
     } else {
       // position_ids = arange(seq): the table's first seq rows.
@@ -148,11 +155,9 @@ class EncoderModel : public Module {
     std::vector<Value> in = {ids32, token_type ? Cast(token_type_ids, DType::Int32) : Value(), word->param(g, "weight"),
                              position->param(g, "weight"), token_type ? token_type->param(g, "weight") : Value(),
                              embed_norm->param(g, "weight", DType::Float), embed_norm->param(g, "bias", DType::Float)};
-    if (spec.positions_from_padding || spec.padding_idx >= 0) {
-      const int64_t pad = spec.padding_idx >= 0 ? spec.padding_idx : cfg.pad_token_id;
-      Value real = Cast(Not(Equal(input_ids, Int(g, pad))), DType::Int64);
+    if (Value pos = padding_positions(g, input_ids); pos.valid()) {
       in.push_back(Value());  // mask
-      in.push_back(Cast(Add(Mul(CumSum(real, 1), real), Int(g, pad)), DType::Int32));
+      in.push_back(Cast(pos, DType::Int32));
     }
     const TensorType out(DType::Float, {input_ids.dim(0), input_ids.dim(1), Dim(cfg.embedding_size)});
     const TensorType mask_index(DType::Int32, {input_ids.dim(0)});  // unused: the attention reads attention_mask
@@ -187,19 +192,8 @@ class EncoderModel : public Module {
       r.values = cfg.rotary_value;
       return r;
     }
-    // inv_freq = 1 / theta^(2i / d) in float32, as transformers computes it; angles pos * inv_freq
-    // for both halves (rotate_half).
-    std::vector<double> inv(static_cast<size_t>(d / 2));
-    for (int64_t i = 0; i < d / 2; ++i)
-      inv[static_cast<size_t>(i)] = 1.0f / static_cast<float>(std::pow(
-                                               cfg.rope_theta, static_cast<double>(static_cast<float>(2 * i) / static_cast<float>(d))));
-    Value freq = Constant(g, DType::Float, {1, d / 2}, inv, "inv_freq");
-    Value pos = Cast(Range(Int(g, 0), Squeeze(seq, {0}), Int(g, 1)), DType::Float);  // [s]
-    Value angles = Mul(Unsqueeze(pos, {1}), freq);                                    // [s, d/2]
-    Value both = Concat({angles, angles}, 1);                                         // [s, d]
-    r.cos = Cast(Cos(both), act);
-    r.sin = Cast(Sin(both), act);
-    return r;
+    // inv_freq as transformers computes it; angles pos * inv_freq for both halves (rotate_half).
+    return rotary_angles(g, Squeeze(seq, {0}), d, cfg.rope_theta, act);
   }
 
   // MPNet's relative position bias [1, heads, s, s] (float32): each query-key distance's bucket
@@ -277,7 +271,7 @@ class EncoderHead : public Module {
     if (task_ == "token-classification") return out_->forward(g, h);
     Value t = norm_->forward(g, activation_f32(act_, dense_->forward(g, h)));
     // The decoder: the word embeddings' table [vocab, hidden] read transposed, or its own weight.
-    Value logits = decoder_ ? decoder_->forward(g, t) : MatMul(t, Transpose(encoder_.word->param(g, "weight"), {1, 0}));
+    Value logits = decoder_ ? decoder_->forward(g, t) : encoder_.word->tied_logits(g, t);
     return Add(logits, Cast(bias_->forward(g), logits.dtype()));
   }
 

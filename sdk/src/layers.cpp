@@ -474,6 +474,20 @@ Value PaddedAttention::key_padding(Graph& g) const {
   return int32_;
 }
 
+EncoderRope rotary_angles(Graph& g, Value seq, int64_t head_dim, double theta, DType act) {
+  RopeConfig rope;
+  rope.theta = theta;
+  const std::vector<float> inv = rope_inv_freq(rope, head_dim, nullptr);
+  Value freq = Constant(g, DType::Float, {1, head_dim / 2}, std::vector<double>(inv.begin(), inv.end()), "inv_freq");
+  Value pos = Cast(Range(Int(g, 0), seq, Int(g, 1)), DType::Float);  // [s]
+  Value angles = Mul(Unsqueeze(pos, {1}), freq);                     // [s, d/2]
+  Value both = Concat({angles, angles}, 1);                          // [s, d]
+  EncoderRope r;
+  r.cos = Cast(Cos(both), act);
+  r.sin = Cast(Sin(both), act);
+  return r;
+}
+
 Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, const PaddedAttention& mask,
                        const EncoderRope* rope) {
   if (!ort_ops(g.context()) || q.dtype() != DType::Float || (rope && rope->values)) {
@@ -497,6 +511,10 @@ Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64
                 "com.microsoft")[0];
 }
 
+namespace {
+Value packed_bias(Graph& g, const std::string& name, const std::vector<std::string>& sources, int64_t n, DType dtype);
+}  // namespace
+
 Value self_attention(Graph& g, Value x, const std::vector<const Linear*>& qkv, const std::string& name, int64_t heads,
                      int64_t head_dim, const PaddedAttention& mask, const EncoderRope* rope) {
   BuildContext& ctx = g.context();
@@ -514,13 +532,7 @@ Value self_attention(Graph& g, Value x, const std::vector<const Linear*>& qkv, c
     n += l->out_features;
   }
   Value w = Cast(weight_in_out(g, name + ".weight", sources, qkv[0]->in_features, n, ctx.weight_dtype()), x.dtype());
-  Value b = ctx.graph().find_initializer(name + ".bias").value_or(Value());
-  if (!b.valid()) {
-    b = ctx.graph().initializer(name + ".bias", TensorType(x.dtype(), {Dim(n)}));
-    ctx.plan_transformed(name + ".bias", bias_sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
-      for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
-    });
-  }
+  Value b = packed_bias(g, name + ".bias", bias_sources, n, x.dtype());
   std::vector<Value> inputs = {x, w, b, mask.key_padding(g)};
   if (mask.position_bias.valid()) {
     inputs.push_back(Value());  // past
@@ -556,6 +568,18 @@ namespace {
 
 // x times the weight `name` made of `sources` ([n, k] each): MatMulNBits when the build
 // quantizes and `quantizable`, else MatMul on the [k, n] transpose in `dtype`.
+// The initializer `name` [n] of `dtype`: the biases `sources` concatenated, made while the weights
+// stream (once, however many graphs read it).
+Value packed_bias(Graph& g, const std::string& name, const std::vector<std::string>& sources, int64_t n, DType dtype) {
+  BuildContext& ctx = g.context();
+  if (auto b = ctx.graph().find_initializer(name)) return *b;
+  Value b = ctx.graph().initializer(name, TensorType(dtype, {Dim(n)}));
+  ctx.plan_transformed(name, sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
+    for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
+  });
+  return b;
+}
+
 Value project(Graph& g, Value x, const std::string& name, const std::vector<std::string>& sources,
               int64_t k, int64_t n, DType dtype, bool quantizable) {
   if (g.context().weight_bits() > 0 && quantizable) return matmul_nbits(g, x, name, sources, k, n);
@@ -604,17 +628,7 @@ Value packed_linear(Graph& g, Value x, const std::vector<const Linear*>& parts,
     n += p->out_features;
   }
   Value y = project(g, x, name + ".weight", sources, parts[0]->in_features, n, ctx.weight_dtype(), true);
-  if (!bias_sources.empty()) {
-    Value b = ctx.graph().find_initializer(name + ".bias").value_or(Value());
-    if (!b.valid()) {
-      b = ctx.graph().initializer(name + ".bias", TensorType(x.dtype(), {Dim(n)}));
-      ctx.plan_transformed(name + ".bias", bias_sources,
-                           [](const std::vector<HostTensor>& in, float* out, size_t) {
-                             for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
-                           });
-    }
-    y = Add(y, b);
-  }
+  if (!bias_sources.empty()) y = Add(y, packed_bias(g, name + ".bias", bias_sources, n, x.dtype()));
   return y;
 }
 
@@ -674,6 +688,11 @@ Embedding::Embedding(int64_t v, int64_t d) : vocab(v), dim(d) { declare("weight"
 Value Embedding::forward(Graph& g, Value ids, DType act) const {
   ScopeGuard s(g, path());
   return Cast(Gather(param(g, "weight"), ids, 0), act);
+}
+
+Value Embedding::tied_logits(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  return MatMul(x, Cast(Transpose(param(g, "weight"), {1, 0}), x.dtype()));
 }
 
 RMSNorm::RMSNorm(int64_t d, double e) : dim(d), eps(e) { declare("weight", {d}); }

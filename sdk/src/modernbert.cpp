@@ -142,22 +142,6 @@ class ModernBertModel : public Module {
                                  c.norm_bias);
   }
 
-  // cos / sin [seq, head_dim] at positions 0 .. seq-1 for `theta`, in `act`.
-  EncoderRope rope(Graph& g, Value seq, double theta, DType act) const {
-    const int64_t d = cfg.hidden_size / cfg.num_attention_heads;
-    std::vector<double> inv(static_cast<size_t>(d / 2));
-    for (int64_t i = 0; i < d / 2; ++i)
-      inv[static_cast<size_t>(i)] = 1.0f / static_cast<float>(std::pow(theta, static_cast<double>(static_cast<float>(2 * i) /
-                                                                                               static_cast<float>(d))));
-    Value freq = Constant(g, DType::Float, {1, d / 2}, inv, "inv_freq");
-    Value pos = Cast(Range(Int(g, 0), seq, Int(g, 1)), DType::Float);
-    Value angles = Mul(Unsqueeze(pos, {1}), freq);
-    Value both = Concat({angles, angles}, 1);
-    EncoderRope r;
-    r.cos = Cast(Cos(both), act);
-    r.sin = Cast(Sin(both), act);
-    return r;
-  }
 
   Value forward(Graph& g, Value ids, Value attention_mask, DType act) const {
     Value h;
@@ -176,8 +160,9 @@ class ModernBertModel : public Module {
       Value idx = Range(Int(g, 0), seq, Int(g, 1));
       Value far = Greater(Abs(Sub(Unsqueeze(idx, {1}), Unsqueeze(idx, {0}))), Int(g, cfg.local_attention / 2));
       sliding = Where(Or(pad, far), lowest, zero);  // [b, 1, s, s]
-      global_rope = rope(g, seq, cfg.global_theta, act);
-      local_rope = rope(g, seq, cfg.local_theta, act);
+      const int64_t d = cfg.hidden_size / cfg.num_attention_heads;
+      global_rope = rotary_angles(g, seq, d, cfg.global_theta, act);
+      local_rope = rotary_angles(g, seq, d, cfg.local_theta, act);
     }
     for (size_t i = 0; i < layers.size(); ++i)
       h = cfg.sliding[i] ? layers[i]->forward(g, h, sliding, local_rope) : layers[i]->forward(g, h, full, global_rope);
@@ -217,7 +202,7 @@ class ModernBertHead : public Module {
     }
     Value t = norm->forward(g, activation_f32(cfg.classifier_activation, dense->forward(g, h)));
     if (classifier) return classifier->forward(g, t);
-    Value logits = decoder ? decoder->forward(g, t) : MatMul(t, Transpose(word.param(g, "weight"), {1, 0}));
+    Value logits = decoder ? decoder->forward(g, t) : word.tied_logits(g, t);
     if (decoder_bias) logits = Add(logits, Cast(decoder_bias->forward(g), logits.dtype()));
     return logits;
   }

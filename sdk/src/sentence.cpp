@@ -78,12 +78,6 @@ SentencePooling read_pooling(const nlohmann::json& j, const std::string& file, i
   return p;
 }
 
-std::string describe_dims(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 // A Dense module's config and weights ("<folder>/linear.weight" [out, in], "<folder>/linear.bias").
 SentenceDense read_dense(const BuildContext& ctx, const nlohmann::json& j, const std::string& file,
                          const std::string& folder, int64_t width) {
@@ -115,7 +109,7 @@ SentenceDense read_dense(const BuildContext& ctx, const nlohmann::json& j, const
   const auto wt = ctx.query_tensor(w);
   if (!wt) refuse(folder, "has no weights for its Dense layer (linear.weight in model.safetensors or pytorch_model.bin)");
   if (wt->dims != std::vector<int64_t>{d.out, d.in})
-    refuse(folder + "/model.safetensors", "linear.weight is " + describe_dims(wt->dims) + ", not [" + std::to_string(d.out) +
+    refuse(folder + "/model.safetensors", "linear.weight is " + shape_text(wt->dims) + ", not [" + std::to_string(d.out) +
                                               ", " + std::to_string(d.in) + "] as config.json's in_features and "
                                               "out_features say");
   if (d.bias) {

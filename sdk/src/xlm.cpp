@@ -126,7 +126,7 @@ void build(BuildContext& ctx, const XlmConfig& cfg, const std::string& task) {
       const Linear* proj = nullptr;
       const VectorParam* bias;
     } head(cfg, !ctx.no_weights() && ctx.query_tensor("pred_layer.proj.weight").has_value());
-    Value logits = head.proj ? head.proj->forward(g, h) : MatMul(h, Transpose(model.word->param(g, "weight"), {1, 0}));
+    Value logits = head.proj ? head.proj->forward(g, h) : model.word->tied_logits(g, h);
     g.output(Add(logits, Cast(head.bias->forward(g), logits.dtype())), "logits");
     return;
   }

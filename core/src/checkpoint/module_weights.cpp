@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -39,7 +38,9 @@ class ModuleWeights : public CheckpointReader {
     }
     all_ = std::move(sorted);
     sources_ = std::move(sources);
-    for (size_t i = 0; i < all_.size(); ++i) index_.emplace(all_[i].name, i);
+    for (size_t i = 0; i < all_.size(); ++i)
+      if (!index_.emplace(all_[i].name, i).second)
+        throw Error("[checkpoint] the tensor '" + all_[i].name + "' is named twice");
   }
   const std::vector<TensorMeta>& tensors() const override { return all_; }
   const TensorMeta* find(std::string_view name) const override {
@@ -72,8 +73,6 @@ class ModuleWeights : public CheckpointReader {
     const TensorMeta* meta;
   };
   void add(const TensorMeta& m, const CheckpointReader* r, const TensorMeta* original, std::string name) {
-    if (index_names_.count(name)) throw Error("[checkpoint] the tensor '" + name + "' is named twice");
-    index_names_.insert(name);
     TensorMeta copy = m;
     copy.name = std::move(name);
     all_.push_back(std::move(copy));
@@ -89,15 +88,7 @@ class ModuleWeights : public CheckpointReader {
   std::vector<TensorMeta> all_;
   std::vector<Source> sources_;
   std::map<std::string, size_t> index_;
-  std::set<std::string> index_names_;
 };
-
-// A module's folder name as modules.json gives it: one path component of letters, digits, '_',
-// '-' and '.', not starting with '.'.
-bool folder_name(const std::string& p) {
-  return !p.empty() && p.size() <= 128 && p[0] != '.' &&
-         p.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
-}
 
 }  // namespace
 
@@ -115,7 +106,7 @@ std::unique_ptr<CheckpointReader> with_module_weights(std::unique_ptr<Checkpoint
   if (!list.is_array()) return base;
   for (const nlohmann::json& m : list) {
     const auto path = m.is_object() ? m.find("path") : m.end();
-    if (!m.is_object() || path == m.end() || !path->is_string() || !folder_name(path->get<std::string>())) continue;
+    if (!m.is_object() || path == m.end() || !path->is_string() || !is_component_name(path->get<std::string>())) continue;
     const std::string name = path->get<std::string>();
     struct stat st {};
     if (::lstat((dir / name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // a link is never followed

@@ -429,15 +429,6 @@ std::string read_limited(const fs::path& file, const std::string& display, size_
 
 }  // namespace
 
-bool is_component_name(std::string_view name) {
-  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
-  for (char c : name)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          c == '-' || c == '.'))
-      return false;
-  return true;
-}
-
 std::vector<std::string> pipeline_components(const fs::path& index_file, const std::string& display) {
   constexpr TextLimits kIndexLimits{kPipelineIndexMax, 64, 1u << 16};
   const std::string text = read_limited(index_file, display, kIndexLimits.max_bytes);

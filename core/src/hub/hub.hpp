@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hub/hub_cache.hpp"
+#include "util/untrusted.hpp"
 #include "hub/http.hpp"
 #include "mobius/hub.hpp"
 
@@ -66,10 +67,8 @@ inline const std::vector<std::string>& component_files() {
   return v;
 }
 
-// A component name usable as a folder of the snapshot: one path component of letters, digits,
-// '_', '-' and '.', not starting with '.', at most 128 bytes (the rule the pipeline build reads
-// model_index.json with).
-bool is_component_name(std::string_view name);
+// The folder-name rule of util/untrusted.hpp, by which a pipeline's components are read.
+using ::mobius::is_component_name;
 
 // The components model_index.json lists as present, sorted: every key not starting with '_'
 // whose value is an array, [library, class] as two strings ([null, null]: absent, left out).

@@ -763,10 +763,7 @@ bool allowed_source_file(const std::string& n) {
   if (std::find(std::begin(kAllowed), std::end(kAllowed), n) != std::end(kAllowed)) return true;
   const size_t slash = n.find('/');
   if (slash == std::string::npos || n.substr(slash) != "/config.json") return false;
-  const std::string module = n.substr(0, slash);
-  return !module.empty() && module.size() <= 128 && module[0] != '.' &&
-         module.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
-             std::string::npos;
+  return is_component_name(n.substr(0, slash));
 }
 
 // A small file of the checkpoint folder, read once under the folder's rule; JSON files only

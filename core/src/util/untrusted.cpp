@@ -231,4 +231,13 @@ uint64_t small_file_limit(std::string_view name) {
   return kConfigLimits.max_bytes;
 }
 
+bool is_component_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
 }  // namespace mobius

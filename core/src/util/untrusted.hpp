@@ -57,4 +57,10 @@ nlohmann::json parse_json_limited(std::string_view text, const std::string& what
 YAML::Node parse_yaml_limited(std::string_view text, const std::string& what,
                               const TextLimits& limits, const char* tag = "plugin");
 
+// A name of one folder inside a model folder or snapshot (a pipeline's component, a
+// sentence-transformers module): one path component of letters, digits,
+// '_', '-' and '.', not starting with '.', at most 128 bytes (the rule the pipeline build reads
+// model_index.json with).
+bool is_component_name(std::string_view name);
+
 }  // namespace mobius

@@ -30,6 +30,8 @@ std::string describe_value(const nlohmann::json& v);
 // A string from a config, quoted for a message: 'text' with control bytes (C0, DEL, C1) and
 // invalid UTF-8 escaped as \xNN, cut after 120 bytes ("...").
 std::string quote_value(std::string_view s);
+// A tensor's shape for a message: "[2, 64]".
+std::string shape_text(const std::vector<int64_t>& dims);
 
 // The plausible range of a size key: every integer ConfigReader::get_int reads under one of
 // these names, and ArchitectureConfig::validate() for the fields it holds, is checked against

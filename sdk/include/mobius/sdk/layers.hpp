@@ -148,6 +148,9 @@ class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim);
   Value forward(Graph& g, Value ids, DType act) const;
+  // x [.., dim] times the table transposed: [.., vocab] (a decoder tied to the embeddings, reading
+  // the same initializer).
+  Value tied_logits(Graph& g, Value x) const;
   int64_t vocab, dim;
 };
 
@@ -239,6 +242,9 @@ struct EncoderRope {
 };
 Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
                         const EncoderRope* rope = nullptr);
+// rotate_half angles for positions 0 .. seq-1 (`seq` an int64 scalar), inv_freq from
+// rope_inv_freq of an unscaled rope of `theta`: cos / sin [seq, head_dim] in `act`.
+EncoderRope rotary_angles(Graph& g, Value seq, int64_t head_dim, double theta, DType act);
 // Bidirectional attention over padded sequences, as encoder_attention computes it (keys whose
 // attention_mask is 0 at finfo(float32).min; `position_bias`, when valid, a float32 relative
 // position bias [1, heads, seq, seq] added to the scores; q and k rotated with `rope`). With
