@@ -31,7 +31,8 @@ if [ "$target" = safetensors ] && [ -d "$golden" ]; then
 fi
 
 sources=""
-for f in dtype untrusted checkpoint_files safetensors zip_reader unpickler pytorch_bin; do
+for f in checkpoint/dtype util/untrusted checkpoint/checkpoint_files checkpoint/safetensors \
+         checkpoint/zip_reader checkpoint/unpickler checkpoint/pickle_vocab checkpoint/pytorch_bin; do
   sources="$sources $root/core/src/$f.cpp"
 done
 # 64-byte gather windows instead of 16 MiB, so small inputs exercise the windowed reads.

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_files.hpp"
+#include "checkpoint/pickle_vocab.hpp"
 #include "mobius/plugin.h"
 
 namespace mobius {
@@ -76,72 +77,15 @@ bool valid_utf8(const uint8_t* s, size_t n) {
   return true;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Globals and opcodes
-
-struct StorageType {
-  const char* name;
-  int32_t dtype;
-};
-
-constexpr StorageType kStorageTypes[] = {
-    {"DoubleStorage", MOBIUS_DTYPE_DOUBLE}, {"FloatStorage", MOBIUS_DTYPE_FLOAT},
-    {"HalfStorage", MOBIUS_DTYPE_FLOAT16},  {"BFloat16Storage", MOBIUS_DTYPE_BFLOAT16},
-    {"LongStorage", MOBIUS_DTYPE_INT64},    {"IntStorage", MOBIUS_DTYPE_INT32},
-    {"ShortStorage", MOBIUS_DTYPE_INT16},   {"CharStorage", MOBIUS_DTYPE_INT8},
-    {"ByteStorage", MOBIUS_DTYPE_UINT8},    {"BoolStorage", MOBIUS_DTYPE_BOOL},
-};
-constexpr int64_t kNumStorageTypes = sizeof(kStorageTypes) / sizeof(kStorageTypes[0]);
-
-// The only globals a pickle may name. Storage types follow kGlobalStorage0, in table order.
-enum GlobalId : int64_t {
-  kGlobalOrderedDict = 0,
-  kGlobalRebuildTensor = 1,
-  kGlobalRebuildParameter = 2,
-  kGlobalStorage0 = 16,
-};
-
-std::string global_text(int64_t id) {
-  switch (id) {
-    case kGlobalOrderedDict: return "collections.OrderedDict";
-    case kGlobalRebuildTensor: return "torch._utils._rebuild_tensor_v2";
-    case kGlobalRebuildParameter: return "torch._utils._rebuild_parameter";
-    default: return std::string("torch.") + kStorageTypes[id - kGlobalStorage0].name;
-  }
-}
-
-struct OpcodeName {
-  uint8_t op;
-  const char* name;
-};
-
-// Every opcode of protocols 0-5, for messages; most of them are refused.
-// clang-format off
-constexpr OpcodeName kOpcodeNames[] = {
-    {'(', "MARK"}, {'.', "STOP"}, {'0', "POP"}, {'1', "POP_MARK"}, {'2', "DUP"}, {'F', "FLOAT"},
-    {'I', "INT"}, {'J', "BININT"}, {'K', "BININT1"}, {'L', "LONG"}, {'M', "BININT2"}, {'N', "NONE"},
-    {'P', "PERSID"}, {'Q', "BINPERSID"}, {'R', "REDUCE"}, {'S', "STRING"}, {'T', "BINSTRING"},
-    {'U', "SHORT_BINSTRING"}, {'V', "UNICODE"}, {'X', "BINUNICODE"}, {'a', "APPEND"},
-    {'b', "BUILD"}, {'c', "GLOBAL"}, {'d', "DICT"}, {'}', "EMPTY_DICT"}, {'e', "APPENDS"},
-    {'g', "GET"}, {'h', "BINGET"}, {'i', "INST"}, {'j', "LONG_BINGET"}, {'l', "LIST"},
-    {']', "EMPTY_LIST"}, {'o', "OBJ"}, {'p', "PUT"}, {'q', "BINPUT"}, {'r', "LONG_BINPUT"},
-    {'s', "SETITEM"}, {'t', "TUPLE"}, {')', "EMPTY_TUPLE"}, {'u', "SETITEMS"}, {'G', "BINFLOAT"},
-    {'B', "BINBYTES"}, {'C', "SHORT_BINBYTES"}, {0x80, "PROTO"}, {0x81, "NEWOBJ"}, {0x82, "EXT1"},
-    {0x83, "EXT2"}, {0x84, "EXT4"}, {0x85, "TUPLE1"}, {0x86, "TUPLE2"}, {0x87, "TUPLE3"},
-    {0x88, "NEWTRUE"}, {0x89, "NEWFALSE"}, {0x8a, "LONG1"}, {0x8b, "LONG4"},
-    {0x8c, "SHORT_BINUNICODE"}, {0x8d, "BINUNICODE8"}, {0x8e, "BINBYTES8"}, {0x8f, "EMPTY_SET"},
-    {0x90, "ADDITEMS"}, {0x91, "FROZENSET"}, {0x92, "NEWOBJ_EX"}, {0x93, "STACK_GLOBAL"},
-    {0x94, "MEMOIZE"}, {0x95, "FRAME"}, {0x96, "BYTEARRAY8"}, {0x97, "NEXT_BUFFER"},
-    {0x98, "READONLY_BUFFER"},
-};
-// clang-format on
-
-const char* opcode_name(uint8_t op) {
-  for (const OpcodeName& o : kOpcodeNames) {
-    if (o.op == op) return o.name;
-  }
-  return nullptr;
-}
+using pickle::global_text;
+using pickle::GlobalId;
+using pickle::kGlobalOrderedDict;
+using pickle::kGlobalRebuildParameter;
+using pickle::kGlobalRebuildTensor;
+using pickle::kGlobalStorage0;
+using pickle::kNumStorageTypes;
+using pickle::kStorageTypes;
+using pickle::opcode_name;
 
 // Values of the pickle's object graph. Scalars are held inline; strings, containers and
 // tensors live in the unpickler's tables and are referred to by index, so shared references
