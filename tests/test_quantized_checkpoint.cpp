@@ -229,6 +229,27 @@ TEST_CASE("fp8: BF16 scales") {
   CHECK(bf16_value(0x3F9A) == 1.203125f);
 }
 
+TEST_CASE("fp8: F16 scales, as transformers accepts them") {
+  const std::vector<uint8_t> q = {0x38, 0x40, 0x3C, 0xB8, 0x01, 0x7E, 0x30, 0x44};
+  // 1.5, 3.0, 0.25 and 0.0999755859375 (0x2E66, not a bfloat16 value), little-endian.
+  const std::vector<uint8_t> sh = {0x00, 0x3E, 0x00, 0x42, 0x00, 0x34, 0x66, 0x2E};
+  Ckpt c({bytes_tensor("a.weight", "F8_E4M3", {2, 4}, q),
+          bytes_tensor("a.weight_scale_inv", "F16", {2, 2}, sh)},
+         fp8_config("[1, 2]"));
+  auto r = c.open();
+  const float tenth = 0.0999755859375f;
+  const std::vector<float> want = {1.0f * 1.5f,    2.0f * 1.5f,       1.5f * 3.0f,  -1.0f * 3.0f,
+                                   0.001953125f * 0.25f, 448.0f * 0.25f, 0.5f * tenth,
+                                   3.0f * tenth};
+  check_same(read_all(*r, "a.weight"), want);
+  // The same weights read a piece at a time.
+  const auto* m = r->find("a.weight");
+  REQUIRE(m);
+  std::vector<float> tail(3);
+  r->read_range(*m, 5, 3, tail.data());
+  check_same(tail, {want[5], want[6], want[7]});
+}
+
 TEST_CASE("fp8: extreme and non-finite scales, NaN codes and subnormals propagate") {
   const float inf = std::numeric_limits<float>::infinity();
   // Four 1x4 blocks of one row each: scales 1e-30, 1e30, inf and NaN.
@@ -395,9 +416,9 @@ TEST_CASE("fp8: refusals name the key, the file and the tensor") {
     expect_refused({w({4, 4}), s({4})}, fp8_config("[1, 4]"), "it must be [4, 1]");
   }
   SUBCASE("scale dtype") {
-    StTensor f16{"l.weight_scale_inv", "F16", {1, 1}, {0x00, 0x3C}};
-    expect_refused({w({2, 2}), f16}, fp8_config("[2, 2]"),
-                   "tensor 'l.weight_scale_inv' is float16; FP8 block scales are F32 or BF16");
+    StTensor i32{"l.weight_scale_inv", "I32", {1, 1}, {0x01, 0x00, 0x00, 0x00}};
+    expect_refused({w({2, 2}), i32}, fp8_config("[2, 2]"),
+                   "tensor 'l.weight_scale_inv' is int32; FP8 block scales are F32, BF16 or F16");
   }
   SUBCASE("rank") {
     expect_refused({w({2, 2, 2}), s({1, 1})}, fp8_config("[2, 2]"),

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_files.hpp"
+#include "mobius/half.h"
 #include "mobius/plugin.h"
 #include "util/untrusted.hpp"
 
@@ -126,7 +127,7 @@ std::optional<QuantConfig> parse_quant_config(const json& cfg) {
   // activation scales that nothing here would read.
   if (const auto act = config_string(q, "activation_scheme"); act && *act != "dynamic")
     config_error(".activation_scheme " + quote_name(*act) + " is not supported (only 'dynamic')");
-  // ue8m0 scales are powers of two stored as F32 or BF16: multiplied the same way.
+  // ue8m0 scales are powers of two stored as F32, BF16 or F16: multiplied the same way.
   if (const auto sf = config_string(q, "scale_fmt"); sf && *sf != "float" && *sf != "ue8m0")
     config_error(".scale_fmt " + quote_name(*sf) + " is not supported ('float' or 'ue8m0')");
   if (auto bs = q.find("weight_block_size"); bs != q.end()) {
@@ -363,6 +364,10 @@ class DequantizingReader final : public CheckpointReader {
     }
     std::vector<uint8_t> raw(count * 2);
     base_->read_range(scale, first, count, raw.data());
+    if (scale.dtype == MOBIUS_DTYPE_FLOAT16) {
+      for (uint64_t k = 0; k < count; ++k) out[k] = mobius_f16_to_f32(le16(raw.data() + 2 * k));
+      return;
+    }
     for (uint64_t k = 0; k < count; ++k) out[k] = bf16_to_float(raw.data() + 2 * k);
   }
 
@@ -513,9 +518,10 @@ class Builder {
       if (m.shape.size() != 2)
         fail(m, "tensor " + quote_name(m.name) + " is F8_E4M3 of shape " + dims_text(m.shape) +
                     "; FP8 block weights are matrices [out, in]");
-      if (sc->dtype != MOBIUS_DTYPE_FLOAT && sc->dtype != MOBIUS_DTYPE_BFLOAT16)
+      if (sc->dtype != MOBIUS_DTYPE_FLOAT && sc->dtype != MOBIUS_DTYPE_BFLOAT16 &&
+          sc->dtype != MOBIUS_DTYPE_FLOAT16)
         fail(*sc, "tensor " + quote_name(sname) + " is " + dtype_name(sc->dtype) +
-                      "; FP8 block scales are F32 or BF16");
+                      "; FP8 block scales are F32, BF16 or F16");
       Source s{Kind::Fp8, &m, sc};
       s.rows = static_cast<uint64_t>(m.shape[0]);
       s.cols = static_cast<uint64_t>(m.shape[1]);
