@@ -161,6 +161,77 @@ TEST_CASE("llama: the default graph uses ONNX Runtime's fused operators, with th
   CHECK(inits.count("lm_head.weight"));
 }
 
+TEST_CASE("llama: position ids, per runtime and --position-ids") {
+  TempDir t;
+  // The graph's inputs, its GroupQueryAttention do_rotary and its RotaryEmbedding count.
+  struct Shape {
+    bool position_ids = false;
+    int do_rotary = -1;
+    int rotary_nodes = 0;
+  };
+  auto built = [&](const std::string& name, const std::string& args) {
+    RunResult r = build_cli(golden("llama-tiny"), t / name, args);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    const fs::path file = fs::exists(t / name / "model.onnx") ? t / name / "model.onnx"
+                                                              : t / name / "onnx" / "model.onnx";
+    onnx::ModelProto m = load_model(file);
+    Shape s;
+    for (const auto& i : m.graph().input()) s.position_ids |= i.name() == "position_ids";
+    for (const auto& n : m.graph().node()) {
+      if (n.op_type() == "GroupQueryAttention") s.do_rotary = static_cast<int>(attr_int(n, "do_rotary"));
+      s.rotary_nodes += n.op_type() == "RotaryEmbedding";
+    }
+    return s;
+  };
+  // GenAI feeds generation's positions: rotary at cache slots, inside the operator.
+  Shape genai = built("genai", "");
+  CHECK_FALSE(genai.position_ids);
+  CHECK(genai.do_rotary == 1);
+  CHECK(genai.rotary_nodes == 0);
+  // ONNX Runtime and transformers.js callers may feed their own: the graph rotates at them.
+  for (const std::string rt : {"onnxruntime", "transformers.js"}) {
+    CAPTURE(rt);
+    Shape s = built(rt, "--runtime " + rt);
+    CHECK(s.position_ids);
+    CHECK(s.do_rotary != 1);  // no do_rotary attribute: the operator does not rotate
+    CHECK(s.rotary_nodes == 4);  // q and k of two layers
+  }
+  // Either way on request.
+  Shape input = built("genai-input", "--position-ids input");
+  CHECK(input.position_ids);
+  CHECK(input.rotary_nodes == 4);
+  CHECK(nlohmann::json::parse(read_text(t / "genai-input" / "genai_config.json"))["model"]["decoder"]
+            ["inputs"]["position_ids"] == "position_ids");
+  Shape slots = built("ort-slots", "--runtime onnxruntime --position-ids slots");
+  CHECK_FALSE(slots.position_ids);
+  CHECK(slots.do_rotary == 1);
+  // Standard operators rotate at position_ids whatever is asked.
+  CHECK(built("standard", "--ops standard --position-ids slots").position_ids);
+  RunResult bad = build_cli(golden("llama-tiny"), t / "bad", "--position-ids cache");
+  CHECK(bad.status != 0);
+  CHECK(bad.output.find("--position-ids") != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "bad"));
+}
+
+TEST_CASE("llama: a caller's own position ids (gaps, a jump while decoding) are honoured") {
+  // Where the graph takes position_ids, they are the rotation's, not generation's: the gapped
+  // case's logits differ from generation's positions by up to 4 (case.json).
+  for (const std::string args : {"--runtime onnxruntime", "--position-ids input",
+                                 "--runtime onnxruntime --ops standard",
+                                 "--runtime transformers.js"}) {
+    CAPTURE(args);
+    TempDir t;
+    RunResult r = build_cli(golden("llama-gapped-positions"), t / "out", args);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    RunResult p = parity(fs::exists(t / "out" / "model.onnx") ? t / "out" : t / "out" / "onnx",
+                         "llama-gapped-positions");
+    INFO(p.output);
+    CHECK(p.status == 0);
+  }
+}
+
 TEST_CASE("llama: a tied lm_head reads the embedding table, laid out for its MatMul") {
   TempDir t;
   RunResult r = build_cli(golden("llama3-rope-tied"), t / "out");

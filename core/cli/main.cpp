@@ -436,6 +436,17 @@ int main(int argc, char** argv) {
                     "model. Default: the head the checkpoint's config.json names in its\n"
                     "architectures (BertForSequenceClassification: sequence-classification)")
       ->type_name("TASK");
+  build->add_option("--position-ids", opts.positions,
+                    "Where a text-generation graph's rotary positions come from:\n"
+                    "  input  a position_ids input, rotated at as given: a caller's own\n"
+                    "         positions (packed or gapped sequences) are honoured\n"
+                    "  slots  GroupQueryAttention rotates each token at its cache slot and the\n"
+                    "         graph has no position_ids input: the same logits for generation's\n"
+                    "         positions (cumsum(attention_mask) - 1), and the fastest\n"
+                    "Default: slots for ort-genai (GenAI feeds generation's positions), input\n"
+                    "for onnxruntime and transformers.js. --ops standard always takes input")
+      ->check(CLI::IsMember({"input", "slots"}))
+      ->type_name("input|slots");
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.

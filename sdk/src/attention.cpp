@@ -94,7 +94,7 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
                          CacheMap& present) const {
   ScopeGuard s(g, path());
   Value q, k, v, gate;
-  if (fused(g.context(), shared.act) && !output_gate && qk_norm == "none" && !rotary_outside()) {
+  if (fused(g.context(), shared.act) && !output_gate && qk_norm == "none" && !rotary_outside(g.context())) {
     // One tensor [batch, seq, (heads + 2 kv_heads) * head_dim] for the operator, as the
     // projection packs it.
     Value qkv = qkv_proj ? qkv_proj->forward(g, x)
@@ -160,16 +160,18 @@ int64_t Attention::rotary_dim() const {
   return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
 }
 
-bool Attention::rotary_outside() const {
+bool Attention::rotary_outside(const BuildContext& ctx) const {
   const int64_t rot = rotary_dim();
   // ONNX Runtime's operator rotates inside for a head size that is a multiple of 16 and a
-  // rotated width that is a multiple of 16 (its cos cache [positions, rot / 2]).
-  return rot > 0 && (rope.type == "longrope" || head_dim % 16 != 0 || rot % 16 != 0);
+  // rotated width that is a multiple of 16 (its cos cache [positions, rot / 2]), at cache slots:
+  // not when the graph takes the caller's positions (--position-ids input).
+  return rot > 0 && (ctx.positions() == "input" || rope.type == "longrope" || head_dim % 16 != 0 ||
+                     rot % 16 != 0);
 }
 
 bool Attention::reads_position_ids(const BuildContext& ctx) const {
   const DType w = ctx.weight_dtype();
-  return !fused(ctx, w == DType::BFloat16 ? DType::Float : w) || rotary_outside();
+  return !fused(ctx, w == DType::BFloat16 ? DType::Float : w) || rotary_outside(ctx);
 }
 
 bool Attention::fused(const BuildContext& ctx, DType act) const {
@@ -192,7 +194,8 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   const int64_t rot = rotary_dim();
   Value cos, sin;
   if (rot > 0) std::tie(cos, sin) = shared.rope_caches(rope, rot);
-  if (rot > 0 && rotary_outside()) {
+  const bool outside = rot > 0 && rotary_outside(g.context());
+  if (outside) {
     Value rows = shared.rope_positions(rope);  // position_ids, or a longrope's rows of this run
     q = RotaryEmbedding(q, rows, cos, sin, heads, rot, rope.interleaved);
     k = RotaryEmbedding(k, rows, cos, sin, kv_heads, rot, rope.interleaved);
@@ -203,7 +206,7 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   // padding. Rotary scores depend on the difference of two positions only, so the logits are
   // transformers' at the position_ids generation computes (cumsum(attention_mask) - 1). The
   // cache holds keys rotated by slot.
-  const bool inside = rot > 0 && !rotary_outside();
+  const bool inside = rot > 0 && !outside;
   auto [seqlens_k, total] = shared.gqa_lengths();
   std::vector<Attr> attrs{Attr("num_heads", heads), Attr("kv_num_heads", kv_heads),
                           Attr("scale", core.scale)};

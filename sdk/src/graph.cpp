@@ -426,6 +426,12 @@ std::string BuildContext::ops() const {
   return "standard";
 }
 
+std::string BuildContext::positions() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  if (o && MOBIUS_HAS_FIELD(o, mobius_build_options, positions) && o->positions) return o->positions;
+  return runtime() == "ort-genai" ? "slots" : "input";
+}
+
 int BuildContext::weight_bits() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   return o && MOBIUS_HAS_FIELD(o, mobius_build_options, weight_bits) ? o->weight_bits : 0;

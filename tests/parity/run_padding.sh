@@ -26,9 +26,12 @@ if [ -n "$window" ]; then
     "$work/case/config.json" "$window"
   case_dir="$work/case"
 fi
+# The fused build as GenAI's default graph: rotary at cache slots (--position-ids slots).
 for ops in ort standard; do
-  echo "== build: $MOBIUS_CLI build --model $case_dir $work/$ops --runtime onnxruntime --ops $ops"
-  "$MOBIUS_CLI" build --model "$case_dir" "$work/$ops" --runtime onnxruntime --ops "$ops" 2>&1 ||
+  extra=()
+  [ "$ops" = ort ] && extra=(--position-ids slots)
+  echo "== build: $MOBIUS_CLI build --model $case_dir $work/$ops --runtime onnxruntime --ops $ops ${extra[*]}"
+  "$MOBIUS_CLI" build --model "$case_dir" "$work/$ops" --runtime onnxruntime --ops "$ops" "${extra[@]}" 2>&1 ||
     { echo "run_padding: FAIL: mobius build --ops $ops failed"; exit 1; }
 done
 cd "$source_root"

@@ -30,6 +30,11 @@ struct BuildOptions {
   // For a model type that builds several tasks (Registration::tasks): the one to build. Empty:
   // the plugin builds the one the checkpoint's config.json names (its `architectures`).
   std::string task;
+  // Where a decoder's rotary positions come from: "input" (a position_ids input, honoured as
+  // given: packed or gapped sequences) or "slots" (rotary at cache slots inside
+  // GroupQueryAttention; no position_ids input). Empty: the runtime's default, slots for
+  // ort-genai, input for the others (mobius_build_options::positions).
+  std::string positions;
   bool quiet = false;
   // The runtime the output folder is laid out for: "ort-genai" (ONNX Runtime GenAI: model.onnx,
   // genai_config.json), "onnxruntime" (the graph and its weights only) or "transformers.js"

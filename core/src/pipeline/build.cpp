@@ -195,6 +195,8 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
     throw Error("[options] unknown execution provider '" + opts.ep + "' (expected cpu or cuda)");
   if (opts.ops != "ort" && opts.ops != "standard")
     throw Error("[options] unknown operator set '" + opts.ops + "' (expected ort or standard)");
+  if (!opts.positions.empty() && opts.positions != "input" && opts.positions != "slots")
+    throw Error("[options] unknown position ids '" + opts.positions + "' (expected input or slots)");
   const auto [dtype, bits] = parse_dtype(opts.dtype, opts.ep);
   if (bits > 0 && opts.ops != "ort")
     throw Error("[options] --dtype " + opts.dtype +
@@ -225,6 +227,8 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.graph = ctx.graph.empty() ? nullptr : ctx.graph.c_str();
   ctx.task = opts.task;
   ctx.options.task = ctx.task.empty() ? nullptr : ctx.task.c_str();
+  ctx.positions = opts.positions;
+  ctx.options.positions = ctx.positions.empty() ? nullptr : ctx.positions.c_str();
   ctx.source_dir = dir;
   if (!dir.empty() && !opts.quiet && generates_text) {
     // A runtime turns text into ids with the checkpoint's tokenizer; without one the model

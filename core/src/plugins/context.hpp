@@ -70,8 +70,9 @@ struct mobius_context {
   std::filesystem::path source_dir;
   // source_file's answers, read once each (nullopt: absent or refused).
   std::map<std::string, std::optional<std::string>> source_files;
-  // Backing storage of options.runtime, options.model_file, options.graph and options.task.
-  std::string runtime, model_file, graph, task;
+  // Backing storage of options.runtime, options.model_file, options.graph, options.task and
+  // options.positions.
+  std::string runtime, model_file, graph, task, positions;
   // Backing storage of options.ops: "ort" (ONNX Runtime's contrib operators) or "standard".
   std::string ops = "ort";
   // Files the plugin handed over for the runtime (add_runtime_file), in the order added; written

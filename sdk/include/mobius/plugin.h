@@ -235,6 +235,14 @@ typedef struct mobius_build_options {
    * (or absent): not chosen; the plugin builds the task the checkpoint names (config.json's
    * `architectures`, e.g. BertForSequenceClassification) or else its first. */
   const char* task;
+  /* Where a decoder's rotary positions come from (`mobius build --position-ids`): "input" (a
+   * position_ids input the graph rotates at, so a caller's own positions, such as packed or
+   * gapped sequences, are honoured) or "slots" (ONNX Runtime's GroupQueryAttention rotates each
+   * token at its cache slot, the graph has no position_ids input: equal to transformers for
+   * generation's positions, cumsum(attention_mask) - 1, and the fastest). NULL (or absent): the
+   * runtime's default, "slots" for "ort-genai" (GenAI feeds generation's positions), "input"
+   * for the others. */
+  const char* positions;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 

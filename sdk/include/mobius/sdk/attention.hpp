@@ -71,12 +71,13 @@ struct AttentionNames {
 // soft-capping, the layer's sliding window. With output_gate, q_proj yields per head
 // [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
 // The cache is "key" and "value" [batch, kv_heads, past, head_dim]. With ONNX Runtime's
-// operators (--ops ort) the layer is one GroupQueryAttention with the rotary embedding inside,
-// fed the packed q/k/v projection where no q/k norm or output gate sits between (a longrope,
-// whose table depends on the whole run, and head sizes that are not multiples of 16 keep
-// RotaryEmbedding nodes at position_ids; rotary_outside). The
-// operator rotates at key slots, which gives transformers' logits at generation's position_ids
-// (fused_attention), so such a graph has no position_ids input.
+// operators (--ops ort) the layer is one GroupQueryAttention, fed the packed q/k/v projection
+// where no q/k norm or output gate sits between. The rotary embedding is inside the operator
+// with --position-ids slots (BuildContext::positions): it rotates at key slots, which gives
+// transformers' logits at generation's position_ids (fused_attention), so such a graph has no
+// position_ids input. RotaryEmbedding nodes at position_ids rotate q and k before it instead
+// with --position-ids input (a caller's positions honoured), for a longrope (whose table depends
+// on the whole run) and for head sizes that are not multiples of 16 (rotary_outside).
 class Attention : public TokenMixer {
  public:
   Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
@@ -115,9 +116,9 @@ class Attention : public TokenMixer {
   // The rotated dims of a head (partial_rotary_factor); 0 without rope.
   int64_t rotary_dim() const;
   // True when the fused layer rotates q and k with RotaryEmbedding nodes at position_ids
-  // rather than inside GroupQueryAttention: a longrope, or sizes the operator's rotary does
-  // not take.
-  bool rotary_outside() const;
+  // rather than inside GroupQueryAttention: the graph takes position_ids (--position-ids input),
+  // a longrope, or sizes the operator's rotary does not take.
+  bool rotary_outside(const BuildContext& ctx) const;
   // The layer as GroupQueryAttention: q [batch, seq, heads * head_dim] (or split per head by the
   // output gate), k and v [batch, seq, kv_heads * head_dim], after a "full" q/k norm; or q the
   // packed projection [batch, seq, (heads + 2 kv_heads) * head_dim] with k and v invalid.

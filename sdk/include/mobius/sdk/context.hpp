@@ -47,6 +47,11 @@ class BuildContext {
   // The operator set the graph may use: "ort" (ONNX Runtime's contrib operators) or "standard";
   // "standard" from a host that predates the option.
   std::string ops() const;
+  // Where a decoder's rotary positions come from (mobius_build_options::positions): "input" (a
+  // position_ids input, honoured as given) or "slots" (GroupQueryAttention rotates at cache
+  // slots; no position_ids input). The user's choice, else the runtime's default: "slots" for
+  // ort-genai, "input" for the others.
+  std::string positions() const;
   // Weight-only quantization of the MatMul weights (mobius_build_options): 0 (none), 4 or 8
   // bits, its block size, symmetry and MatMulNBits accuracy_level; from a host that predates
   // them 0, 32, false and 4.
