@@ -1,0 +1,152 @@
+// linear.cpp - Linear, the packed projections, the MatMul and MatMulNBits weight layouts, and
+// Embedding (layers.hpp).
+#include "mobius/sdk/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "packed.hpp"
+
+namespace mobius::nn {
+
+using namespace mobius::op;
+
+Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_features(out), has_bias(bias) {
+  declare("weight", {out, in});
+  if (bias) declare("bias", {out});
+}
+
+namespace detail {
+
+Value packed_bias(Graph& g, const std::string& name, const std::vector<std::string>& sources, int64_t n, DType dtype) {
+  BuildContext& ctx = g.context();
+  if (auto b = ctx.graph().find_initializer(name)) return *b;
+  Value b = ctx.graph().initializer(name, TensorType(dtype, {Dim(n)}));
+  ctx.plan_transformed(name, sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
+    for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
+  });
+  return b;
+}
+
+}  // namespace detail
+
+namespace {
+
+// x times the weight `name` made of `sources` ([n, k] each): MatMulNBits when the build
+// quantizes and `quantizable`, else MatMul on the [k, n] transpose in `dtype`.
+Value project(Graph& g, Value x, const std::string& name, const std::vector<std::string>& sources,
+              int64_t k, int64_t n, DType dtype, bool quantizable) {
+  if (g.context().weight_bits() > 0 && quantizable) return matmul_nbits(g, x, name, sources, k, n);
+  // A Cast only for bfloat16 weights (computed in float32).
+  return MatMul(x, Cast(weight_in_out(g, name, sources, k, n, dtype), x.dtype()));
+}
+
+}  // namespace
+
+Value Linear::forward(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  BuildContext& ctx = g.context();
+  // The checkpoint stores [out, in]; the graph reads its own initializer in the layout its
+  // operator consumes, made while the weights stream: [in, out] for MatMul, blocks for
+  // MatMulNBits. A tied weight (lm_head from the embedding table) gets its own copy in that
+  // layout, named after this module.
+  const std::string name = full_name("weight");
+  const std::vector<std::string> sources{source_tensor("weight")};
+  // A weight declared with its own dtype (kept precise on purpose) is never quantized.
+  const DType declared = parameter("weight").dtype;
+  Value y = project(g, x, name, sources, in_features, out_features,
+                    declared == DType::Undefined ? ctx.weight_dtype() : declared,
+                    declared == DType::Undefined);
+  if (has_bias) y = Add(y, param(g, "bias", x.dtype()));
+  return y;
+}
+
+std::vector<Value> packed_linears(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                                  const std::string& name) {
+  std::vector<int64_t> sizes;
+  for (const Linear* p : parts) sizes.push_back(p->out_features);
+  return Split(packed_linear(g, x, parts, name), sizes, -1);
+}
+
+Value packed_linear(Graph& g, Value x, const std::vector<const Linear*>& parts,
+                    const std::string& name) {
+  BuildContext& ctx = g.context();
+  std::vector<std::string> sources, bias_sources;
+  int64_t n = 0;
+  for (const Linear* p : parts) {
+    if (p->in_features != parts[0]->in_features || p->has_bias != parts[0]->has_bias ||
+        p->parameter("weight").dtype != DType::Undefined)
+      throw Error("[linear] '" + name + "' packs linears of one input size, bias and dtype only");
+    sources.push_back(p->source_tensor("weight"));
+    if (p->has_bias) bias_sources.push_back(p->source_tensor("bias"));
+    n += p->out_features;
+  }
+  Value y = project(g, x, name + ".weight", sources, parts[0]->in_features, n, ctx.weight_dtype(), true);
+  if (!bias_sources.empty()) y = Add(y, detail::packed_bias(g, name + ".bias", bias_sources, n, x.dtype()));
+  return y;
+}
+
+Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::string>& sources,
+                    int64_t in, int64_t out, DType dtype) {
+  BuildContext& ctx = g.context();
+  if (auto w = ctx.graph().find_initializer(name)) return *w;
+  Value w = ctx.graph().initializer(name, TensorType(dtype, {Dim(in), Dim(out)}));
+  mobius_weight_layout layout{};
+  layout.struct_size = sizeof(layout);
+  layout.kind = MOBIUS_LAYOUT_TRANSPOSED;
+  ctx.plan_layout(name, sources, layout);
+  return w;
+}
+
+Value matmul_nbits(Graph& g, Value x, const std::string& name,
+                   const std::vector<std::string>& sources, int64_t k, int64_t n) {
+  BuildContext& ctx = g.context();
+  if (!ort_ops(ctx))
+    throw Error("[config] --dtype int" + std::to_string(ctx.weight_bits()) +
+                " needs ONNX Runtime's MatMulNBits; it has no standard-ONNX form at opset 17 "
+                "(use --ops ort)");
+  BlockQuant q{ctx.weight_bits(), ctx.block_size(), ctx.symmetric()};
+  const std::vector<std::string> parts{name + "_Q" + std::to_string(q.bits), name + "_scales",
+                                       name + "_zero_points"};
+  const int n_parts = q.symmetric ? 2 : 3;
+  std::vector<Value> inputs{x};
+  for (int part = 0; part < n_parts; ++part) {
+    Value v = ctx.graph().find_initializer(parts[part]).value_or(Value());
+    if (!v.valid()) {
+      DType dt = part == MOBIUS_QUANT_PART_SCALES ? x.dtype() : DType::UInt8;
+      std::vector<Dim> dims;
+      for (int64_t d : quant_part_shape(q, part, n, k)) dims.emplace_back(d);
+      v = ctx.graph().initializer(parts[part], TensorType(dt, dims));
+      mobius_weight_layout layout{};
+      layout.struct_size = sizeof(layout);
+      layout.kind = MOBIUS_LAYOUT_BLOCK_QUANTIZED;
+      layout.bits = q.bits;
+      layout.block_size = q.block;
+      layout.symmetric = q.symmetric ? 1 : 0;
+      layout.part = part;
+      ctx.plan_layout(parts[part], sources, layout);
+    }
+    inputs.push_back(v);
+  }
+  TensorType t = x.type();
+  if (t.rank_known) t.dims.back() = Dim(n);
+  return g.node("MatMulNBits", inputs, {t},
+                {Attr("K", k), Attr("N", n), Attr("bits", static_cast<int64_t>(q.bits)),
+                 Attr("block_size", static_cast<int64_t>(q.block)),
+                 Attr("accuracy_level", static_cast<int64_t>(ctx.accuracy_level()))},
+                "com.microsoft")[0];
+}
+
+Embedding::Embedding(int64_t v, int64_t d) : vocab(v), dim(d) { declare("weight", {v, d}); }
+
+Value Embedding::forward(Graph& g, Value ids, DType act) const {
+  ScopeGuard s(g, path());
+  return Cast(Gather(param(g, "weight"), ids, 0), act);
+}
+
+Value Embedding::tied_logits(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  return MatMul(x, Cast(Transpose(param(g, "weight"), {1, 0}), x.dtype()));
+}
+
+}  // namespace mobius::nn
