@@ -56,7 +56,7 @@ DecoderLayer::DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const D
   const NormFactory make_norm = spec.norm_factory();
   auto norm = [&](const std::string& name) {
     auto m = make_norm(cfg.hidden_size, cfg.rms_norm_eps);
-    const RMSNorm* p = m.get();
+    const Norm* p = m.get();
     attach(name, std::move(m));
     return p;
   };
@@ -101,7 +101,7 @@ Residual DecoderLayer::forward_residual(Graph& g, const Residual& r, SharedInput
   auto scaled = [&](Value v) {
     return residual_multiplier == 1.0 ? v : Mul(v, ScalarLike(v, residual_multiplier));
   };
-  auto maybe = [&](const RMSNorm* n, Value v) { return n ? n->forward(g, v) : v; };
+  auto maybe = [&](const Norm* n, Value v) { return n ? n->forward(g, v) : v; };
   const bool pre = placement == NormPlacement::Pre;
   // Each residual add and the norm after it are one step (one SkipSimplifiedLayerNormalization
   // with ONNX Runtime's operators): the previous layer's pending branch with the input norm,
@@ -116,7 +116,7 @@ Residual DecoderLayer::forward_residual(Graph& g, const Residual& r, SharedInput
     x = maybe(input_layernorm, h);
   }
   Value a = mixer->forward(g, x, shared, past, present);
-  const RMSNorm* ff_norm = pre ? post_attention_layernorm : pre_feedforward_layernorm;
+  const Norm* ff_norm = pre ? post_attention_layernorm : pre_feedforward_layernorm;
   Value branch = scaled(pre ? a : post_attention_layernorm->forward(g, a));
   Value ff_in;
   if (ff_norm) {

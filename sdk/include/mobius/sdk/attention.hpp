@@ -97,8 +97,8 @@ class Attention : public TokenMixer {
   const Linear* v_proj = nullptr;
   const Linear* qkv_proj = nullptr;  // fused, instead of q/k/v_proj
   const Linear* o_proj;
-  const RMSNorm* q_norm = nullptr;
-  const RMSNorm* k_norm = nullptr;
+  const Norm* q_norm = nullptr;
+  const Norm* k_norm = nullptr;
 
  protected:
   // The per-head logits [heads] that join every softmax's denominator (attention sinks), as a

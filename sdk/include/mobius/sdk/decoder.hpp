@@ -119,12 +119,12 @@ class DecoderLayer : public DecoderLayerBase {
 
   NormPlacement placement;
   double residual_multiplier = 1.0;
-  const RMSNorm* input_layernorm = nullptr;           // Pre, Sandwich
+  const Norm* input_layernorm = nullptr;           // Pre, Sandwich
   const TokenMixer* mixer;
-  const RMSNorm* post_attention_layernorm;            // all (Pre: the norm before the ff)
-  const RMSNorm* pre_feedforward_layernorm = nullptr;  // Sandwich
+  const Norm* post_attention_layernorm;            // all (Pre: the norm before the ff)
+  const Norm* pre_feedforward_layernorm = nullptr;  // Sandwich
   const FeedForward* feed_forward;
-  const RMSNorm* post_feedforward_layernorm = nullptr;  // Post, Sandwich
+  const Norm* post_feedforward_layernorm = nullptr;  // Post, Sandwich
 };
 
 using LayerFactory =
@@ -154,7 +154,7 @@ class TextModel : public Module {
   std::string layer_prefix;  // "layers."
   const Embedding* embed_tokens;
   std::vector<const DecoderLayerBase*> layers;
-  const RMSNorm* norm;
+  const Norm* norm;
 };
 
 // What the text-generation task feeds a model and collects from it.

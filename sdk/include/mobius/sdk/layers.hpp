@@ -154,17 +154,26 @@ class Embedding : public Module {
   int64_t vocab, dim;
 };
 
+// A norm over the last axis, as the decoder parts hold it: RMSNorm, Gemma's (1 + w) RMSNorm or
+// a LayerNorm, whichever the family uses (NormKind).
+class Norm : public Module {
+ public:
+  virtual ~Norm() = default;
+  virtual Value forward(Graph& g, Value x) const = 0;
+  // (norm(skip + x), skip + x): one fused operator (residual add and norm) where ONNX Runtime
+  // has one, an Add and the norm otherwise.
+  virtual std::pair<Value, Value> forward_skip(Graph& g, Value x, Value skip) const;
+};
+
 // y = w * (x * rsqrt(mean(x^2) + eps)), in float32, cast back to x's dtype before the weight
 // multiply (LlamaRMSNorm).
 // With ONNX Runtime's operators: SimplifiedLayerNormalization (float32 statistics).
-class RMSNorm : public Module {
+class RMSNorm : public Norm {
  public:
   RMSNorm(int64_t dim, double eps);
-  virtual ~RMSNorm() = default;
-  virtual Value forward(Graph& g, Value x) const;
-  // (norm(skip + x), skip + x): one SkipSimplifiedLayerNormalization with ONNX Runtime's
-  // operators, an Add and the norm otherwise.
-  std::pair<Value, Value> forward_skip(Graph& g, Value x, Value skip) const;
+  Value forward(Graph& g, Value x) const override;
+  // One SkipSimplifiedLayerNormalization with ONNX Runtime's operators.
+  std::pair<Value, Value> forward_skip(Graph& g, Value x, Value skip) const override;
   int64_t dim;
   double eps;
 
@@ -196,21 +205,36 @@ class OffsetRMSNorm : public RMSNorm {
 //            float32 reference does; CLIP's text encoder);
 //   InputDtype: the weight and bias in x's dtype, the operator on x as it is (diffusers' UNet,
 //            whose float16 pipeline keeps its norms in float16).
-class LayerNorm : public Module {
+// With ONNX Runtime's operators, forward_skip of a float32 input is one SkipLayerNormalization.
+class LayerNorm : public Norm {
  public:
   enum class Compute { Float32, InputDtype };
-  // bias false: no bias parameter (ModernBERT's norm_bias false).
+  // The parameters: weight and bias (torch.nn.LayerNorm); no bias (ModernBERT's norm_bias false,
+  // Cohere's norm); neither (OLMo's non-parametric norm: weight ones, bias zeros). A weight
+  // offset of 1 multiplies by (1 + w) (Nemotron's LayerNorm1P), made while the weights stream.
+  enum class Params { WeightBias, Weight, None };
   LayerNorm(int64_t dim, double eps, Compute compute = Compute::Float32, bool bias = true);
-  Value forward(Graph& g, Value x) const;
+  LayerNorm(int64_t dim, double eps, Params params, double weight_offset = 0.0);
+  Value forward(Graph& g, Value x) const override;
+  std::pair<Value, Value> forward_skip(Graph& g, Value x, Value skip) const override;
   int64_t dim;
   double eps;
-  Compute compute;
-  bool bias;
+  Compute compute = Compute::Float32;
+  bool bias = true;
+  bool weight = true;
+  double weight_offset = 0.0;
+
+ private:
+  // The scale (1 + w, w, or ones) and bias (or an invalid Value) as initializers of `dt`.
+  Value scale(Graph& g, DType dt) const;
+  Value shift(Graph& g, DType dt) const;
 };
 
-// The norm a family uses everywhere (layer norms, q/k norms, the final norm).
-enum class NormKind { RMS, OffsetRMS };
-using NormFactory = std::function<std::unique_ptr<RMSNorm>(int64_t dim, double eps)>;
+// The norm a family uses everywhere (layer norms, q/k norms, the final norm): RMSNorm, Gemma's
+// (1 + w) RMSNorm, LayerNorm with weight and bias, with a weight only (Cohere), with neither
+// (OLMo), or with (1 + w) and a bias (Nemotron's LayerNorm1P).
+enum class NormKind { RMS, OffsetRMS, Layer, LayerNoBias, LayerNoAffine, LayerOnePlus };
+using NormFactory = std::function<std::unique_ptr<Norm>(int64_t dim, double eps)>;
 NormFactory norm_factory(NormKind kind);
 NormFactory rms_norm_factory();
 NormFactory offset_rms_norm_factory();
