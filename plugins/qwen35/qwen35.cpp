@@ -24,7 +24,7 @@ namespace nn = mobius::nn;
 
 // Qwen3_5TextConfig's defaults (configuration_qwen3_5.py) for keys a config.json may omit.
 // Its partial_rotary_factor is 0.25 wherever the key is spelled.
-constexpr mobius::DecoderDefaults kDefaults{248320, 4096, 12288, 32, 16, 4, 256, 32768, 1e-6,
+const mobius::DecoderDefaults kDefaults{248320, 4096, 12288, 32, 16, 4, 256, 32768, 1e-6,
                                             10000.0, 0, false, "silu", "hidden_act", 0.25};
 constexpr int64_t kFullAttentionInterval = 4;
 

@@ -68,6 +68,27 @@ constexpr SizeBound kSizeBounds[] = {
     {"num_labels", 1, 1 << 20, 21843},  // image classifiers: ImageNet-21k
     {"type_vocab_size", 0, 1 << 16, 16},
     {"embedding_size", 1, 1 << 17, 4096},
+    // Other spellings of the same sizes (transformers' attribute_map): GPT-2 and its kin, MPT,
+    // Falcon, OPT, GPT-Neo, XGLM, BioGPT.
+    {"n_embd", 1, 1 << 17, 18432},
+    {"d_model", 1, 1 << 17, 18432},
+    {"word_embed_proj_dim", 1, 1 << 17, 18432},
+    {"n_layer", 1, 1024, 126},
+    {"n_layers", 1, 1024, 126},
+    {"num_layers", 1, 1024, 126},
+    {"n_head", 1, 1024, 128},
+    {"n_heads", 1, 1024, 128},
+    {"num_heads", 1, 1024, 128},
+    {"num_kv_heads", 1, 1024, 128},
+    {"n_inner", 0, 1 << 20, 73728},
+    {"ffn_dim", 0, 1 << 20, 73728},
+    {"ffn_hidden_size", 0, 1 << 20, 73728},
+    {"expansion_ratio", 1, 1024, 4},
+    {"n_positions", 0, 1 << 27, 10485760},
+    {"n_ctx", 0, 1 << 27, 10485760},
+    {"max_seq_len", 0, 1 << 27, 10485760},
+    {"rotary_dim", 0, 1024, 256},
+    {"window_size", 0, 1 << 27, 131072},
 };
 
 // The most parameters a config may describe (layers times their attention and MLP, plus the
@@ -415,6 +436,11 @@ bool ArchitectureConfig::is_sliding(int64_t layer) const {
   return layer_types.at(static_cast<size_t>(layer)) == "sliding_attention";
 }
 
+bool ArchitectureConfig::uses_rope(int64_t layer) const {
+  return position_embedding == "rope" &&
+         std::find(no_rope_layers.begin(), no_rope_layers.end(), layer) == no_rope_layers.end();
+}
+
 void ArchitectureConfig::validate() const {
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) throw Error(std::string("[config] '") + key + "' must be positive, got " + std::to_string(v));
@@ -471,7 +497,24 @@ void ArchitectureConfig::validate() const {
   if (!layer_types.empty() && static_cast<int64_t>(layer_types.size()) != num_hidden_layers)
     throw Error("[config] 'layer_types' has " + std::to_string(layer_types.size()) +
                 " entries for " + std::to_string(num_hidden_layers) + " layers");
-  if (rotary_dim() <= 0) throw Error("[config] 'partial_rotary_factor' leaves no rotary dims");
+  if (position_embedding == "rope" && rotary_dim() <= 0)
+    throw Error("[config] 'partial_rotary_factor' leaves no rotary dims");
+  const char* const kinds[] = {"rope", "learned", "sinusoidal", "alibi", "none"};
+  if (std::find(std::begin(kinds), std::end(kinds), position_embedding) == std::end(kinds))
+    throw Error("[config] unknown position embedding '" + position_embedding +
+                "' (rope, learned, sinusoidal, alibi or none)");
+  if (position_offset < 0 || position_offset > 1024)
+    throw Error("[config] the position offset must be from 0 to 1024, got " + std::to_string(position_offset));
+  if (alibi != "bloom" && alibi != "mpt") throw Error("[config] unknown ALiBi slopes '" + alibi + "'");
+  if (!(alibi_bias_max > 0) || alibi_bias_max > 1024) throw Error("[config] 'alibi_bias_max' must be in (0, 1024]");
+  for (int64_t l : no_rope_layers)
+    if (l < 0 || l >= num_hidden_layers)
+      throw Error("[config] layer " + std::to_string(l) + " without rope is not one of the " +
+                  std::to_string(num_hidden_layers) + " layers");
+  if (clip_qkv < 0) throw Error("[config] 'clip_qkv' must not be negative");
+  if (embedding_dim != 0) check_size_key("word_embed_proj_dim", embedding_dim);
+  if (!(logits_multiplier > 0) && !(logits_multiplier < 0))
+    throw Error("[config] the logits' multiplier must not be 0");
   for (const RopeConfig* r : {&rope, &sliding_rope}) {
     if (r->type != "longrope") continue;
     const auto rot = static_cast<int64_t>(static_cast<double>(head_dim) * r->partial_rotary_factor);

@@ -5,33 +5,43 @@
 
 namespace mobius {
 
+std::string decoder_key(const ConfigReader& r, const DecoderDefaults& d, const std::string& field) {
+  auto it = d.keys.find(field);
+  if (it == d.keys.end() || it->second.empty()) return field;
+  for (const auto& k : it->second)
+    if (r.has(k)) return k;
+  return it->second.front();
+}
+
 ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string& model_type,
                                        const DecoderDefaults& d) {
   ArchitectureConfig c;
   c.model_type = model_type;
-  c.vocab_size = r.get_int("vocab_size", d.vocab_size);
-  c.hidden_size = r.get_int("hidden_size", d.hidden_size);
-  c.intermediate_size = r.get_int("intermediate_size", d.intermediate_size);
-  c.num_hidden_layers = r.get_int("num_hidden_layers", d.num_hidden_layers);
-  c.num_attention_heads = r.get_int("num_attention_heads", d.num_attention_heads);
-  if (c.num_attention_heads <= 0) r.fail("num_attention_heads", "must be positive");
+  const auto key = [&](const char* field) { return decoder_key(r, d, field); };
+  c.vocab_size = r.get_int(key("vocab_size"), d.vocab_size);
+  c.hidden_size = r.get_int(key("hidden_size"), d.hidden_size);
+  c.intermediate_size = r.get_int(key("intermediate_size"), d.intermediate_size);
+  c.num_hidden_layers = r.get_int(key("num_hidden_layers"), d.num_hidden_layers);
+  const std::string heads = key("num_attention_heads");
+  c.num_attention_heads = r.get_int(heads, d.num_attention_heads);
+  if (c.num_attention_heads <= 0) r.fail(heads, "must be positive");
   c.num_key_value_heads = r.get_int(
-      "num_key_value_heads", d.num_key_value_heads ? d.num_key_value_heads : c.num_attention_heads);
+      key("num_key_value_heads"), d.num_key_value_heads ? d.num_key_value_heads : c.num_attention_heads);
   if (r.has("head_dim")) {
     c.head_dim = r.get_int("head_dim");
   } else if (d.head_dim) {
     c.head_dim = d.head_dim;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
-      r.fail("hidden_size", "(" + std::to_string(c.hidden_size) +
-                                ") is not a multiple of 'num_attention_heads' (" +
-                                std::to_string(c.num_attention_heads) + ") and there is no 'head_dim'");
+      r.fail(key("hidden_size"), "(" + std::to_string(c.hidden_size) + ") is not a multiple of '" + heads +
+                                     "' (" + std::to_string(c.num_attention_heads) +
+                                     ") and there is no 'head_dim'");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   c.hidden_act = r.get_string(d.act_key, d.hidden_act);
   nn::check_activation(r, d.act_key, c.hidden_act);
-  c.rms_norm_eps = r.get_double("rms_norm_eps", d.rms_norm_eps);
-  c.max_position_embeddings = r.get_int("max_position_embeddings", d.max_position_embeddings);
+  c.rms_norm_eps = r.get_double(key("rms_norm_eps"), d.rms_norm_eps);
+  c.max_position_embeddings = r.get_int(key("max_position_embeddings"), d.max_position_embeddings);
   const nlohmann::json& text = r.raw();
   auto spelled = [&](const char* obj) {
     auto it = text.find(obj);

@@ -78,6 +78,17 @@ Value SharedInputs::query_is_real() {
   return v;
 }
 
+Value SharedInputs::key_positions() {
+  const std::string key = "key_positions";
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  ScopeGuard s(g_, "mask");
+  Value m = Cast(attention_mask, DType::Float);
+  Value pos = Mul(Sub(CumSum(m, 1), Scalar(g_, DType::Float, 1.0)), m);
+  Value v = Unsqueeze(pos, {1, 2});
+  cache_[key] = v;
+  return v;
+}
+
 std::pair<Value, Value> SharedInputs::gqa_lengths() {
   if (auto it = cache_.find("gqa/total"); it != cache_.end())
     return {cache_.at("gqa/seqlens_k"), it->second};

@@ -11,8 +11,10 @@ namespace mobius::nn {
 
 using namespace mobius::op;
 
-Linear::Linear(int64_t in, int64_t out, bool bias) : in_features(in), out_features(out), has_bias(bias) {
-  declare("weight", {out, in});
+Linear::Linear(int64_t in, int64_t out, bool bias, bool stored_in_out)
+    : in_features(in), out_features(out), has_bias(bias), in_out(stored_in_out) {
+  if (in_out) declare("weight", {in, out});
+  else declare("weight", {out, in});
   if (bias) declare("bias", {out});
 }
 
@@ -54,6 +56,17 @@ Value Linear::forward(Graph& g, Value x) const {
   const std::vector<std::string> sources{source_tensor("weight")};
   // A weight declared with its own dtype (kept precise on purpose) is never quantized.
   const DType declared = parameter("weight").dtype;
+  if (in_out) {
+    // Stored as MatMul reads it: the tensor itself, cast while it streams.
+    const DType dt = declared == DType::Undefined ? ctx.weight_dtype() : declared;
+    Value w = ctx.graph().find_initializer(name).value_or(Value());
+    if (!w.valid()) {
+      w = ctx.graph().initializer(name, TensorType(dt, {Dim(in_features), Dim(out_features)}));
+      ctx.plan_tensor(name, sources.front());
+    }
+    Value y = MatMul(x, Cast(w, x.dtype()));
+    return has_bias ? Add(y, param(g, "bias", x.dtype())) : y;
+  }
   Value y = project(g, x, name, sources, in_features, out_features,
                     declared == DType::Undefined ? ctx.weight_dtype() : declared,
                     declared == DType::Undefined);
@@ -74,7 +87,7 @@ Value packed_linear(Graph& g, Value x, const std::vector<const Linear*>& parts,
   std::vector<std::string> sources, bias_sources;
   int64_t n = 0;
   for (const Linear* p : parts) {
-    if (p->in_features != parts[0]->in_features || p->has_bias != parts[0]->has_bias ||
+    if (p->in_features != parts[0]->in_features || p->has_bias != parts[0]->has_bias || p->in_out ||
         p->parameter("weight").dtype != DType::Undefined)
       throw Error("[linear] '" + name + "' packs linears of one input size, bias and dtype only");
     sources.push_back(p->source_tensor("weight"));

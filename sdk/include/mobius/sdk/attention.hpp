@@ -40,6 +40,10 @@ struct AttentionCore {
   double scale = 1.0;
   double softcap = 0.0;
   int64_t window = 0;
+  // ALiBi: slope_h * SharedInputs::key_positions() * alibi_scale added to head h's scores (before
+  // the mask); empty: none.
+  std::vector<double> alibi;
+  double alibi_scale = 1.0;
 };
 
 // The attention probabilities for q [batch, groups, rep * seq, d] (the rep query heads of one
@@ -58,17 +62,34 @@ Value grouped_attention(Graph& g, SharedInputs& shared, Value q, Value k, Value 
                         const AttentionCore& core, int64_t heads, int64_t kv_heads,
                         Value sinks = Value());
 
-// The checkpoint names of an attention block's weights, below the mixer's path.
+// How a fused qkv projection (AttentionNames::qkv) orders its output rows:
+//   Blocks    all q heads, then all k heads, then all v heads (Phi-3, GPT-2, MPT, multi-query
+//             Falcon and GPT-BigCode)
+//   PerHead   per head [q | k | v] (GPT-NeoX, BLOOM, Falcon's and GPT-BigCode's multi-head form)
+//   PerGroup  per kv head [its heads / kv_heads q heads | k | v] (Falcon's new decoder)
+//   CodeGen   four blocks, each [q | v | k] of a quarter of the heads (CodeGen's mp_num 4)
+enum class QkvLayout { Blocks, PerHead, PerGroup, CodeGen };
+
+// The checkpoint names of an attention block's weights, below the mixer's path, and how they
+// are stored.
 struct AttentionNames {
   std::string q = "q_proj", k = "k_proj", v = "v_proj", o = "o_proj";
-  std::string qkv;  // non-empty: one fused projection [q | k | v] under this name (Phi-3)
+  std::string qkv;  // non-empty: one fused projection under this name, laid out as qkv_layout
+  QkvLayout qkv_layout = QkvLayout::Blocks;
   std::string q_norm = "q_norm", k_norm = "k_norm";
+  bool in_out = false;  // weights stored [in, out] (GPT-2's Conv1D)
+  bool qk_norm_after_rope = false;  // HunYuan: the q/k norms rotate first
+  bool qk_norm_per_head_tensors = false;  // "head_each" read from <norm>.norms.<h>.weight (StableLM)
+  bool alibi_scaled = false;  // ALiBi divided by sqrt(head_dim) too (Falcon)
 };
 
 // Multi-head / grouped-query attention with a dynamic key/value cache (transformers' eager
-// semantics): optional q/k norms (cfg.qk_norm: per head, or over the whole projection), the
-// layer's rope (cfg.sliding_rope on sliding layers when the config has one, partial rotary),
-// soft-capping, the layer's sliding window. With output_gate, q_proj yields per head
+// semantics): optional q/k norms (cfg.qk_norm: "head", one norm over each head; "full", over the
+// whole projection; "head_each", a LayerNorm per head with a weight [heads, head_dim] of its own
+// (Cohere's, and StableLM's norms.<h> stacked)), q, k and v clamped at cfg.clip_qkv, the layer's
+// rope (cfg.sliding_rope on sliding layers when the config has one, partial rotary; none on
+// cfg.no_rope_layers) or ALiBi (cfg.position_embedding), soft-capping, the layer's sliding
+// window. With output_gate, q_proj yields per head
 // [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
 // The cache is "key" and "value" [batch, kv_heads, past, head_dim]. With ONNX Runtime's
 // operators (--ops ort) the layer is one GroupQueryAttention, fed the packed q/k/v projection
@@ -90,7 +111,14 @@ class Attention : public TokenMixer {
   int64_t heads, kv_heads, head_dim, hidden;
   AttentionCore core;
   bool output_gate = false;
-  std::string qk_norm;  // none | head | full
+  std::string qk_norm;  // none | head | full | head_each
+  bool rotates = true;  // the layer applies its rope (not for ALiBi, none, cfg.no_rope_layers)
+  bool alibi = false;
+  std::string alibi_slopes = "bloom";
+  double alibi_bias_max = 8.0;
+  double clip_qkv = 0.0;
+  QkvLayout qkv_layout = QkvLayout::Blocks;
+  bool qk_norm_after_rope = false;
   RopeConfig rope;
   const Linear* q_proj = nullptr;
   const Linear* k_proj = nullptr;
@@ -127,6 +155,22 @@ class Attention : public TokenMixer {
   Value fused_attention(Graph& g, Value q, Value k, Value v, SharedInputs& shared,
                         const CacheMap& past, CacheMap& present) const;
 };
+
+// A LayerNorm over each head of x [.., heads, head_dim] with a weight [heads, head_dim] of its own
+// and no bias, in float32 (Cohere's q/k norm). With `stacked`, the weight is read from one tensor
+// per head, `<path>.norms.<h>.weight` (StableLM's q_layernorm).
+class PerHeadLayerNorm : public Norm {
+ public:
+  PerHeadLayerNorm(int64_t heads, int64_t head_dim, double eps, bool stacked);
+  Value forward(Graph& g, Value x) const override;
+  int64_t heads, head_dim;
+  double eps;
+  bool stacked;
+};
+
+// ALiBi's slope of each of `heads` heads: BLOOM's (and Falcon's) build_alibi_tensor, or MPT's
+// with alibi_bias_max (`style` "bloom" or "mpt").
+std::vector<double> alibi_slopes(int64_t heads, const std::string& style, double bias_max);
 
 // Attention with sinks (gpt-oss): Attention plus one learned logit per query head,
 // `sinks` [heads], that joins the softmax's denominator as a key nobody reads the value of,

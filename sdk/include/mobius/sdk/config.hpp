@@ -138,6 +138,30 @@ struct ArchitectureConfig {
   // Multi-token-prediction layers the checkpoint keeps after the decoder's (DeepSeek-V3's
   // layer 61): not part of the graph, their tensors are ignored.
   int64_t num_nextn_predict_layers = 0;
+  // How a decoder knows positions: "rope" (rotary, in attention), "learned" (a table of
+  // max_position_embeddings + position_offset rows added to the token embeddings at position_ids
+  // + position_offset: GPT-2, OPT and BioGPT with offset 2), "sinusoidal" (XGLM's fixed table,
+  // the same indexing, computed in the graph), "alibi" (a per-head linear bias on the attention
+  // scores: BLOOM, MPT, Falcon-RW) or "none".
+  std::string position_embedding = "rope";
+  int64_t position_offset = 0;
+  // ALiBi's per-head slopes: "bloom" (BLOOM's and Falcon's build_alibi_tensor) or "mpt" (MPT's,
+  // with alibi_bias_max).
+  std::string alibi = "bloom";
+  double alibi_bias_max = 8.0;
+  // Layers whose attention applies no rope (Cohere 2's and EXAONE 4's global layers, SmolLM3's
+  // no_rope_layers); 0-based.
+  std::vector<int64_t> no_rope_layers;
+  // Scores divided by (layer + 1) too (GPT-2's scale_attn_by_inverse_layer_idx).
+  bool attention_scale_by_layer = false;
+  // q, k and v clamped to [-clip_qkv, clip_qkv] after their projections (OLMo, MPT); 0: none.
+  double clip_qkv = 0.0;
+  // The token embeddings' width when it differs from hidden_size (OPT's word_embed_proj_dim,
+  // with project_in and project_out); 0: hidden_size.
+  int64_t embedding_dim = 0;
+  bool lm_head_bias = false;  // GPT-J, CodeGen, Phi
+  // Logits multiplied by this (Cohere's logit_scale), as logits_scaling divides them.
+  double logits_multiplier = 1.0;
   // The families' typed configs: mixture-of-experts MLPs, latent attention, Gated DeltaNet.
   std::optional<MoEConfig> moe;
   std::optional<MLAConfig> mla;
@@ -145,6 +169,8 @@ struct ArchitectureConfig {
 
   int64_t rotary_dim() const;  // head_dim * partial_rotary_factor, even
   bool is_sliding(int64_t layer) const;
+  // Whether `layer`'s attention rotates q and k: a rope model, and not one of no_rope_layers.
+  bool uses_rope(int64_t layer) const;
   // Checks every size field against its SizeBound, the relations between fields, and the size
   // of the whole model (about 8.8 trillion parameters at most), then each family config present;
   // throws naming the key.
@@ -156,7 +182,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     max_position_embeddings, rope, has_sliding_rope, sliding_rope, qkv_bias, o_bias, mlp_bias,
     tie_word_embeddings, sliding_window, layer_types, qk_norm, embedding_multiplier,
     attention_multiplier, residual_multiplier, logits_scaling, attn_logit_softcapping,
-    final_logit_softcapping, num_nextn_predict_layers, moe, mla, linear_attn)
+    final_logit_softcapping, num_nextn_predict_layers, position_embedding, position_offset, alibi,
+    alibi_bias_max, no_rope_layers, attention_scale_by_layer, clip_qkv, embedding_dim, lm_head_bias,
+    logits_multiplier, moe, mla, linear_attn)
 
 // Reads rope settings the way transformers does: `rope_scaling` ({"type"} or {"rope_type"}),
 // or the newer `rope_parameters`, with `rope_theta` and `partial_rotary_factor`. For longrope,

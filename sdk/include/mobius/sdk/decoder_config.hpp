@@ -3,6 +3,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,17 @@ struct DecoderDefaults {
   const char* act_key = "hidden_act";  // Gemma 2/3 read "hidden_activation"
   double partial_rotary_factor = 1.0;  // when no spelling of the key is present
   double attn_logit_softcapping = 0.0, final_logit_softcapping = 0.0;  // 0: none
+  // The config.json keys of the shared fields where a family spells them its own way
+  // (transformers' attribute_map, e.g. GPT-2's {"hidden_size", {"n_embd"}}), by field name:
+  // vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+  // num_key_value_heads, max_position_embeddings, rms_norm_eps (the eps of every norm, whatever
+  // the family calls it: layer_norm_epsilon, norm_eps, ...). Several spellings: the first present
+  // is read. Absent: the field's own name.
+  std::map<std::string, std::vector<std::string>> keys = {};
 };
 
-// Reads vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// Reads (under the keys d.keys names) vocab_size, hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads,
 // num_key_value_heads, head_dim (hidden_size / num_attention_heads when absent, naming both keys
 // when they do not divide), the activation (checked), rms_norm_eps, max_position_embeddings, the
 // rope (read_rope; with transformers' per-layer-type rope_parameters {"full_attention": ...,
@@ -37,6 +46,10 @@ struct DecoderDefaults {
 // (read_softcap). The family then reads its own keys and calls validate().
 ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string& model_type,
                                        const DecoderDefaults& d);
+
+// The config.json key `field` is read from: the first spelling of d.keys[field] present (the
+// first when none is), or `field` itself.
+std::string decoder_key(const ConfigReader& r, const DecoderDefaults& d, const std::string& field);
 
 // A soft-cap key (attn_logit_softcapping, final_logit_softcapping): absent -> `def`, null -> 0
 // (none); otherwise a positive number.

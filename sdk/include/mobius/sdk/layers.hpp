@@ -60,6 +60,9 @@ class SharedInputs {
   std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
   // Boolean [batch, seq]: true at real (non-padding) query positions.
   Value query_is_real();
+  // Float32 [batch, 1, 1, total]: each key slot's position counted by the attention mask,
+  // (cumsum(mask) - 1) * mask (ALiBi's positions, BLOOM's build_alibi_tensor).
+  Value key_positions();
   // For ONNX Runtime's GroupQueryAttention: seqlens_k (int32 [batch]) and
   // total_sequence_length (int32 scalar, the attention mask's width). seqlens_k is a row's
   // leading padding plus its real tokens, minus one: a left-padded or unpadded row keeps its
@@ -109,12 +112,15 @@ bool ort_ops(const BuildContext& ctx);
 
 // y = x W^T + b. The weight is stored as its operator reads it, laid out while the weights
 // stream: [in, out] for MatMul, or MatMulNBits blocks when the build quantizes (--dtype int4/int8).
+// A checkpoint whose weight is stored [in, out] (GPT-2's Conv1D: `in_out`) is read as stored: it is
+// MatMul's layout already. Quantized (--dtype int4/int8), such a weight stays in the float dtype.
 class Linear : public Module {
  public:
-  Linear(int64_t in, int64_t out, bool bias);
+  Linear(int64_t in, int64_t out, bool bias, bool in_out = false);
   Value forward(Graph& g, Value x) const;
   int64_t in_features, out_features;
   bool has_bias;
+  bool in_out = false;
 };
 
 // One MatMul (or MatMulNBits) for linears that read the same input, such as q, k and v: their
