@@ -45,6 +45,8 @@ const ActivationRow kActivations[] = {
     {"tanh", [](Value x) { return Tanh(x); }},
     {"linear", [](Value x) { return x; }},
     {"mish", [](Value x) { return Mul(x, Tanh(Softplus(x))); }},
+    // Learned per layer: MLP holds its parameters (feed_forward.hpp).
+    {"xielu", [](Value) -> Value { throw Error("[activation] xielu has learned parameters: an MLP computes it"); }},
 };
 
 std::string known_activations() {

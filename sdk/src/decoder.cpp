@@ -40,6 +40,13 @@ MixerFactory mixer_by_layer_type(std::map<std::string, MixerFactory> by_type) {
   };
 }
 
+FeedForwardFactory plain_mlp() {
+  return [](const ArchitectureConfig& cfg, int64_t, const DecoderSpec& spec) {
+    return std::make_unique<MLP>(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias, cfg.hidden_act,
+                                 spec.names.mlp);
+  };
+}
+
 FeedForwardFactory gated_mlp() {
   return [](const ArchitectureConfig& cfg, int64_t, const DecoderSpec& spec) {
     return std::make_unique<GatedMLP>(cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias,
@@ -51,7 +58,10 @@ FeedForwardFactory gated_mlp() {
 // The layer
 
 DecoderLayer::DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const DecoderSpec& spec)
-    : placement(spec.placement), residual_multiplier(cfg.residual_multiplier) {
+    : placement(spec.placement),
+      shared_norm(spec.placement == NormPlacement::Parallel && spec.parallel_shared_norm),
+      residual_from_norm(spec.residual_from_norm && spec.placement == NormPlacement::Pre),
+      residual_multiplier(cfg.residual_multiplier) {
   const TensorNames& n = spec.names;
   const NormFactory make_norm = spec.norm_factory();
   auto norm = [&](const std::string& name) {
@@ -67,12 +77,13 @@ DecoderLayer::DecoderLayer(const ArchitectureConfig& cfg, int64_t layer, const D
   auto renamed = i < cfg.layer_types.size() ? n.mixer_by_layer_type.find(cfg.layer_types[i])
                                             : n.mixer_by_layer_type.end();
   attach(renamed != n.mixer_by_layer_type.end() ? renamed->second : n.mixer, std::move(mx));
-  post_attention_layernorm = norm(n.post_attention_norm);
+  if (!shared_norm) post_attention_layernorm = norm(n.post_attention_norm);
   if (placement == NormPlacement::Sandwich) pre_feedforward_layernorm = norm(n.pre_feedforward_norm);
   auto ff = spec.feed_forward ? spec.feed_forward(cfg, layer, spec) : gated_mlp()(cfg, layer, spec);
   feed_forward = ff.get();
   attach(n.feed_forward, std::move(ff));
-  if (placement != NormPlacement::Pre) post_feedforward_layernorm = norm(n.post_feedforward_norm);
+  if (placement == NormPlacement::Post || placement == NormPlacement::Sandwich)
+    post_feedforward_layernorm = norm(n.post_feedforward_norm);
 }
 
 std::vector<CacheEntry> DecoderLayer::cache_entries(DType act) const {
@@ -102,6 +113,32 @@ Residual DecoderLayer::forward_residual(Graph& g, const Residual& r, SharedInput
     return residual_multiplier == 1.0 ? v : Mul(v, ScalarLike(v, residual_multiplier));
   };
   auto maybe = [&](const Norm* n, Value v) { return n ? n->forward(g, v) : v; };
+  if (placement == NormPlacement::PostResidual) {
+    // OPT's post-norm: each norm after its residual add; nothing pending.
+    Value h = r.sum();
+    h = input_layernorm->forward_skip(g, scaled(mixer->forward(g, h, shared, past, present)), h).first;
+    h = post_attention_layernorm->forward_skip(g, scaled(feed_forward->forward(g, h)), h).first;
+    return {h, Value()};
+  }
+  if (placement == NormPlacement::Parallel) {
+    // Both branches read the stream as it enters the layer; their sum is the pending branch.
+    Value h, x;
+    if (r.branch) std::tie(x, h) = input_layernorm->forward_skip(g, r.branch, r.h);
+    else {
+      h = r.h;
+      x = input_layernorm->forward(g, h);
+    }
+    Value a = mixer->forward(g, x, shared, past, present);
+    Value m = feed_forward->forward(g, shared_norm ? x : post_attention_layernorm->forward(g, h));
+    return {h, scaled(Add(a, m))};
+  }
+  if (residual_from_norm) {
+    // BLOOM's apply_residual_connection_post_layernorm: each residual is its norm's output.
+    Value x = input_layernorm->forward(g, r.sum());
+    Value h = Add(x, scaled(mixer->forward(g, x, shared, past, present)));
+    Value y = post_attention_layernorm->forward(g, h);
+    return {y, scaled(feed_forward->forward(g, y))};
+  }
   const bool pre = placement == NormPlacement::Pre;
   // Each residual add and the norm after it are one step (one SkipSimplifiedLayerNormalization
   // with ONNX Runtime's operators): the previous layer's pending branch with the input norm,
@@ -141,20 +178,66 @@ TextModel::TextModel(const ArchitectureConfig& c, const DecoderSpec& spec, const
     : cfg(c) {
   const TensorNames& n = spec.names;
   layer_prefix = n.layers + ".";
-  embed_tokens = &add<Embedding>(n.embed, cfg.vocab_size, cfg.hidden_size);
+  const int64_t width = cfg.embedding_dim > 0 ? cfg.embedding_dim : cfg.hidden_size;
+  embed_tokens = &add<Embedding>(n.embed, cfg.vocab_size, width);
+  if (width != cfg.hidden_size) {
+    project_in = &add<Linear>(n.project_in, width, cfg.hidden_size, false);
+    project_out = &add<Linear>(n.project_out, cfg.hidden_size, width, false);
+  }
+  if (cfg.position_embedding == "learned")
+    embed_positions = &add<Embedding>(n.positions, cfg.max_position_embeddings + cfg.position_offset,
+                                      cfg.hidden_size);
+  sinusoidal_padding_idx = spec.sinusoidal_padding_idx;
+  if (!n.embed_norm.empty()) {
+    auto en = spec.norm_factory()(cfg.hidden_size, cfg.rms_norm_eps);
+    embed_norm = en.get();
+    attach(n.embed_norm, std::move(en));
+  }
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     auto l = make_layer(cfg, i);
     layers.push_back(l.get());
     attach(n.layers + "." + std::to_string(i), std::move(l));
   }
-  auto fn = spec.norm_factory()(cfg.hidden_size, cfg.rms_norm_eps);
-  norm = fn.get();
-  attach(n.final_norm, std::move(fn));
+  if (spec.final_norm) {
+    auto fn = spec.norm_factory()(cfg.hidden_size, cfg.rms_norm_eps);
+    norm = fn.get();
+    attach(n.final_norm, std::move(fn));
+  }
+}
+
+bool TextModel::reads_position_ids() const {
+  return cfg.position_embedding == "learned" || cfg.position_embedding == "sinusoidal";
 }
 
 Value TextModel::embed(Graph& g, SharedInputs& shared) const {
   Value e = embed_tokens->forward(g, shared.input_ids, shared.act);
   if (cfg.embedding_multiplier != 1.0) e = Mul(e, ScalarLike(e, cfg.embedding_multiplier));
+  if (project_in) e = project_in->forward(g, e);
+  if (embed_positions || cfg.position_embedding == "sinusoidal") {
+    ScopeGuard s(g, full_name("positions"));
+    Value idx = Add(shared.positions(), Int(g, cfg.position_offset));
+    if (embed_positions) {
+      e = Add(e, embed_positions->forward(g, idx, shared.act));
+    } else {
+      // XGLM's table, computed at the positions: [sin(p f) | cos(p f)] with f_i =
+      // exp(-i ln(10000) / (half - 1)), zeros at the padding row, a zero column for an odd width.
+      const int64_t d = cfg.hidden_size, half = d / 2;
+      std::vector<double> freq;
+      const double step = std::log(10000.0) / static_cast<double>(std::max<int64_t>(half - 1, 1));
+      for (int64_t i = 0; i < half; ++i) freq.push_back(std::exp(-static_cast<double>(i) * step));
+      Value p = Unsqueeze(Cast(idx, DType::Float), {-1});
+      Value ang = Mul(p, Constant(g, DType::Float, {half}, freq, "inv_freq"));
+      std::vector<Value> parts{Sin(ang), Cos(ang)};
+      if (d % 2) parts.push_back(Mul(p, Scalar(g, DType::Float, 0.0)));
+      Value table = Concat(parts, -1);
+      if (sinusoidal_padding_idx >= 0) {
+        Value pad = Unsqueeze(Equal(idx, Int(g, sinusoidal_padding_idx)), {-1});
+        table = Where(pad, Scalar(g, DType::Float, 0.0), table);
+      }
+      e = Add(e, Cast(table, e.dtype()));
+    }
+  }
+  if (embed_norm) e = embed_norm->forward(g, e);
   return e;
 }
 
@@ -227,8 +310,11 @@ Value TextModel::forward(Graph& g, SharedInputs& shared,
   present.resize(layers.size());
   for (size_t i = 0; i < layers.size(); ++i)
     r = layers[i]->forward_residual(g, r, shared, past.at(i), present[i]);
-  if (r.branch) return norm->forward_skip(g, r.branch, r.h).first;
-  return norm->forward(g, r.h);
+  Value h;
+  if (!norm) h = r.sum();
+  else if (r.branch) h = norm->forward_skip(g, r.branch, r.h).first;
+  else h = norm->forward(g, r.h);
+  return project_out ? project_out->forward(g, h) : h;
 }
 
 CausalLMModel::CausalLMModel(const ArchitectureConfig& c, const DecoderSpec& s)
@@ -242,7 +328,8 @@ CausalLMModel::CausalLMModel(const ArchitectureConfig& c, const DecoderSpec& s,
   auto m = std::make_unique<TextModel>(cfg, spec, layers);
   model = m.get();
   attach(spec.names.text_path, std::move(m));
-  auto& head = add<Linear>(spec.names.lm_head, cfg.hidden_size, cfg.vocab_size, false);
+  auto& head = add<Linear>(spec.names.lm_head, cfg.embedding_dim > 0 ? cfg.embedding_dim : cfg.hidden_size,
+                           cfg.vocab_size, cfg.lm_head_bias);
   if (cfg.tie_word_embeddings) head.tie("weight", model->embed_tokens->full_name("weight"));
   lm_head = &head;
 }
@@ -259,6 +346,7 @@ std::vector<std::string> CausalLMModel::ignored_tensors() const {
 }
 
 bool CausalLMModel::reads_position_ids(const BuildContext& ctx) const {
+  if (model->reads_position_ids()) return true;
   for (const auto* l : model->layers)
     if (l->reads_position_ids(ctx)) return true;
   return false;
@@ -283,6 +371,7 @@ TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
   ScopeGuard s(g, "lm_head");
   Value logits = Cast(lm_head->forward(g, h), DType::Float);
   if (cfg.logits_scaling != 1.0) logits = Div(logits, Scalar(g, DType::Float, cfg.logits_scaling));
+  if (cfg.logits_multiplier != 1.0) logits = Mul(logits, Scalar(g, DType::Float, cfg.logits_multiplier));
   if (cfg.final_logit_softcapping > 0) {
     Value cap = Scalar(g, DType::Float, cfg.final_logit_softcapping);
     logits = Mul(Tanh(Div(logits, cap)), cap);

@@ -30,4 +30,44 @@ Value GatedMLP::forward(Graph& g, Value x) const {
   return down_proj->forward(g, Mul(activation(act, gate), up));
 }
 
+namespace {
+
+// xIELU's learned scalars, below the MLP as act_fn.*.
+class XIELU : public Module {
+ public:
+  XIELU() {
+    declare("alpha_p", {1}, DType::Float);
+    declare("alpha_n", {1}, DType::Float);
+    declare("beta", {}, DType::Float);
+    declare("eps", {}, DType::Float);
+  }
+  Value forward(Graph& g, Value x) const {
+    ScopeGuard s(g, path());
+    Value xf = Cast(x, DType::Float);
+    Value beta = param(g, "beta");
+    Value ap = Softplus(param(g, "alpha_p"));
+    Value an = Add(beta, Softplus(param(g, "alpha_n")));
+    Value pos = Add(Mul(Mul(ap, xf), xf), Mul(beta, xf));
+    Value e = Min(xf, param(g, "eps"));
+    Value expm1 = Sub(Exp(e), ScalarLike(e, 1.0));
+    Value neg = Add(Mul(Sub(expm1, xf), an), Mul(beta, xf));
+    return Cast(Where(Greater(xf, ScalarLike(xf, 0.0)), pos, neg), x.dtype());
+  }
+};
+
+}  // namespace
+
+MLP::MLP(int64_t hidden, int64_t inter, bool bias, std::string a, const MLPNames& names) : act(std::move(a)) {
+  up_proj = &add<Linear>(names.up, hidden, inter, bias, names.in_out);
+  down_proj = &add<Linear>(names.down, inter, hidden, bias, names.in_out);
+  if (act == "xielu") xielu = &add<XIELU>("act_fn");
+}
+
+Value MLP::forward(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  Value h = up_proj->forward(g, x);
+  h = xielu ? static_cast<const XIELU*>(xielu)->forward(g, h) : activation(act, h);
+  return down_proj->forward(g, h);
+}
+
 }  // namespace mobius::nn

@@ -24,8 +24,12 @@ namespace mobius::nn {
 //            (OLMo-2)
 //   Sandwich h + post_attention_layernorm(mixer(input_layernorm(h))), then
 //            h + post_feedforward_layernorm(ff(pre_feedforward_layernorm(h)))  (Gemma 2/3)
+//   Parallel h + mixer(input_layernorm(h)) + ff(post_attention_layernorm(h)), or one norm for both
+//            with DecoderSpec::parallel_shared_norm (GPT-J, Phi, Cohere, Falcon; GPT-NeoX two)
+//   PostResidual h = input_layernorm(h + mixer(h)), then post_attention_layernorm(h + ff(h))
+//            (OPT's do_layer_norm_before false)
 // Each sub-block's output is multiplied by cfg.residual_multiplier (Granite) before the add.
-enum class NormPlacement { Pre, Post, Sandwich };
+enum class NormPlacement { Pre, Post, Sandwich, Parallel, PostResidual };
 
 // Every checkpoint tensor name of a decoder: the text model's path, the modules below it and
 // their weights. The defaults are Hugging Face's Llama names.
@@ -44,6 +48,11 @@ struct TensorNames {
   AttentionNames attention;
   std::string feed_forward = "mlp";
   MLPNames mlp;
+  // Position embeddings (cfg.position_embedding "learned"), beside embed under text_path.
+  std::string positions = "embed_positions";
+  std::string embed_norm;  // non-empty: a norm of the looked-up embeddings (BLOOM)
+  // OPT's projections between the embeddings' width (cfg.embedding_dim) and hidden_size.
+  std::string project_in = "project_in", project_out = "project_out";
 };
 
 struct DecoderSpec;
@@ -66,6 +75,14 @@ struct DecoderSpec {
   std::vector<std::string> ignored;
   // Rows of position_ids a runtime feeds (CausalLM::position_id_rows); empty: 1.
   std::function<int(const std::string& runtime)> position_id_rows;
+  // Parallel: the mixer and the feed-forward read one norm (input_layernorm).
+  bool parallel_shared_norm = false;
+  // Pre: each residual is the normed input, not the input (BLOOM's
+  // apply_residual_connection_post_layernorm).
+  bool residual_from_norm = false;
+  bool final_norm = true;  // the stack ends in a norm (not OPT's post-norm form)
+  // Sinusoidal positions: the table row that is zeros (XGLM's padding_idx).
+  int64_t sinusoidal_padding_idx = -1;
 
   NormFactory norm_factory() const { return nn::norm_factory(norm); }
 };
@@ -76,6 +93,7 @@ MixerFactory attention_mixer(bool output_gate = false);
 // "linear_attention", ...); a layer type missing from the map is an error naming it.
 MixerFactory mixer_by_layer_type(std::map<std::string, MixerFactory> by_type);
 FeedForwardFactory gated_mlp();
+FeedForwardFactory plain_mlp();  // MLP: down(act(up(x))), names spec.names.mlp.up / down
 
 // The residual stream between layers: `h`, plus the last sub-block's output `branch` when it
 // has not been added yet. The next layer's input norm (or the final norm) adds it as part of the
@@ -118,6 +136,8 @@ class DecoderLayer : public DecoderLayerBase {
   bool reads_position_ids(const BuildContext& ctx) const override;
 
   NormPlacement placement;
+  bool shared_norm = false;         // Parallel: one norm for both branches
+  bool residual_from_norm = false;  // Pre: BLOOM's apply_residual_connection_post_layernorm
   double residual_multiplier = 1.0;
   const Norm* input_layernorm = nullptr;           // Pre, Sandwich
   const TokenMixer* mixer;
@@ -150,11 +170,19 @@ class TextModel : public Module {
   // forward() calls it.
   void check_checkpoint(BuildContext& ctx) const;
 
+  // Whether embed() reads position_ids (learned or sinusoidal positions).
+  bool reads_position_ids() const;
+
   ArchitectureConfig cfg;
   std::string layer_prefix;  // "layers."
   const Embedding* embed_tokens;
+  const Embedding* embed_positions = nullptr;  // learned positions
+  const Norm* embed_norm = nullptr;
+  const Linear* project_in = nullptr;
+  const Linear* project_out = nullptr;
+  int64_t sinusoidal_padding_idx = -1;
   std::vector<const DecoderLayerBase*> layers;
-  const Norm* norm;
+  const Norm* norm = nullptr;  // none without DecoderSpec::final_norm
 };
 
 // What the text-generation task feeds a model and collects from it.

@@ -20,6 +20,7 @@ class FeedForward : public Module {
 struct MLPNames {
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
   std::string gate_up;  // non-empty: one fused projection [gate | up] under this name (Phi-3)
+  bool in_out = false;  // weights stored [in, out] (GPT-2's Conv1D)
 };
 
 // down(act(gate(x)) * up(x)).
@@ -34,6 +35,21 @@ class GatedMLP : public FeedForward {
   const Linear* up_proj = nullptr;
   const Linear* gate_up_proj = nullptr;  // fused, instead of gate/up_proj
   const Linear* down_proj;
+};
+
+// down(act(up(x))), no gate: GPT-2 (c_fc, c_proj), GPT-NeoX, GPT-J, Phi, OPT, StarCoder 2, BLOOM,
+// Nemotron (relu2) and their kin, under names.up and names.down. Activation "xielu" (Apertus) is
+// xIELU with this layer's learned act_fn.{alpha_p, alpha_n, beta, eps}:
+// x > 0: softplus(alpha_p) x^2 + beta x; else (expm1(min(x, eps)) - x)(beta + softplus(alpha_n)) + beta x,
+// in float32.
+class MLP : public FeedForward {
+ public:
+  MLP(int64_t hidden, int64_t intermediate, bool bias, std::string act, const MLPNames& names = {});
+  Value forward(Graph& g, Value x) const override;
+  std::string act;
+  const Linear* up_proj;
+  const Linear* down_proj;
+  const Module* xielu = nullptr;
 };
 
 }  // namespace mobius::nn
