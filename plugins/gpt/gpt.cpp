@@ -6,9 +6,8 @@
 // and interleaved rotary, local attention layers.
 #include <map>
 
-#include "mobius/sdk/decoder_config.hpp"
+#include "mobius/sdk/decoder_family.hpp"
 #include "mobius/sdk/nn.hpp"
-#include "mobius/sdk/plugin.hpp"
 
 namespace {
 
@@ -74,15 +73,8 @@ DecoderSpec gptj_names() {
   return s;
 }
 
-struct Family {
-  DecoderDefaults d;
-  // Reads the family's own keys into the config (and `extra`, beside it in the normalized config).
-  void (*own)(const ConfigReader& r, ArchitectureConfig& c, json& extra);
-  DecoderSpec (*spec)(const json& j);
-};
-
-const std::map<std::string, Family>& families() {
-  static const std::map<std::string, Family> f = {
+const std::map<std::string, DecoderFamily>& families() {
+  static const std::map<std::string, DecoderFamily> f = {
       {"gpt2",
        {{50257, 768, 0, 12, 12, 0, 0, 1024, 1e-5, 10000.0, 0, true, "gelu_new", "activation_function",
          1.0, 0, 0, kGpt2Keys},
@@ -218,32 +210,7 @@ const std::map<std::string, Family>& families() {
   return f;
 }
 
-ArchitectureConfig parse_family(const std::string& type, const json& raw, json& extra) {
-  const Family& f = families().at(type);
-  ConfigReader r(mobius::text_config(raw), "config.json");
-  ArchitectureConfig c = mobius::read_decoder_config(r, type, f.d);
-  f.own(r, c, extra);
-  c.validate();
-  return c;
-}
-
-void build(mobius::BuildContext& ctx, const json& j) {
-  ArchitectureConfig cfg = j.get<ArchitectureConfig>();
-  build_text_generation(ctx, CausalLMModel(cfg, families().at(cfg.model_type).spec(j)));
-}
-
-void register_all(mobius::PluginRegistrar& r) {
-  std::vector<std::string> types;
-  for (const auto& [type, f] : families()) types.push_back(type);
-  r.add_each(types, "text-generation",
-             [](const std::string& t, const json& raw) {
-               json extra = json::object();
-               json out = parse_family(t, raw, extra);
-               out.update(extra);
-               return out;
-             },
-             build);
-}
+void register_all(mobius::PluginRegistrar& r) { register_decoder_families(r, families()); }
 
 }  // namespace
 

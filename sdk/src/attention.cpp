@@ -23,9 +23,11 @@ Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const At
       throw Error("[attention] ALiBi needs one slope per head");
     std::vector<double> s;
     for (double v : core.alibi) s.push_back(v * core.alibi_scale);
-    Value slopes = Constant(g, DType::Float, {1, groups.size, rep, 1, 1}, s, "alibi_slopes");
-    Value bias = Mul(slopes, Unsqueeze(shared.key_positions(), {1}));  // [batch, g, rep, 1, total]
-    scores = Reshape(Add(Reshape(scores, {0, groups.size, rep, -1, 0}), bias), {0, groups.size, -1, 0});
+    const int64_t heads = groups.size * rep;
+    Value slopes = Constant(g, DType::Float, {1, heads, 1, 1}, s, "alibi_slopes");
+    Value bias = Mul(slopes, shared.key_positions());  // [batch, heads, 1, total]
+    if (rep == 1) scores = Add(scores, bias);
+    else scores = Reshape(Add(Reshape(scores, {0, heads, -1, 0}), bias), {0, groups.size, -1, 0});
   }
   scores = Add(scores, shared.attention_bias(core.window, rep));
   if (!sinks.valid()) return Cast(Softmax(scores, -1), q.dtype());

@@ -7,7 +7,8 @@ namespace mobius {
 
 std::string decoder_key(const ConfigReader& r, const DecoderDefaults& d, const std::string& field) {
   auto it = d.keys.find(field);
-  if (it == d.keys.end() || it->second.empty()) return field;
+  if (it == d.keys.end()) return field;
+  if (it->second.empty()) return "";  // not read: the row's default
   for (const auto& k : it->second)
     if (r.has(k)) return k;
   return it->second.front();

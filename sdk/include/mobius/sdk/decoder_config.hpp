@@ -32,7 +32,8 @@ struct DecoderDefaults {
   // vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
   // num_key_value_heads, max_position_embeddings, rms_norm_eps (the eps of every norm, whatever
   // the family calls it: layer_norm_epsilon, norm_eps, ...). Several spellings: the first present
-  // is read. Absent: the field's own name.
+  // is read. Absent: the field's own name. No spelling: the field is not read (the row's default;
+  // BioGPT's norms are torch's 1e-5 whatever its layer_norm_eps says).
   std::map<std::string, std::vector<std::string>> keys = {};
 };
 
@@ -48,7 +49,7 @@ ArchitectureConfig read_decoder_config(const ConfigReader& r, const std::string&
                                        const DecoderDefaults& d);
 
 // The config.json key `field` is read from: the first spelling of d.keys[field] present (the
-// first when none is), or `field` itself.
+// first when none is), `field` itself, or "" when the row reads no spelling of it.
 std::string decoder_key(const ConfigReader& r, const DecoderDefaults& d, const std::string& field);
 
 // A soft-cap key (attn_logit_softcapping, final_logit_softcapping): absent -> `def`, null -> 0

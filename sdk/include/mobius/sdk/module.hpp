@@ -32,7 +32,10 @@ class Module {
   // Dotted path of this module, e.g. "model.layers.0.self_attn" ("" for the root).
   const std::string& path() const { return path_; }
   // Full name of a parameter or child of this module.
+  // An empty `local` is this module's own path (a child attached under "" shares it: OPT's fc1
+  // and fc2 sit in the layer itself).
   std::string full_name(const std::string& local) const {
+    if (local.empty()) return path_;
     return path_.empty() ? local : path_ + "." + local;
   }
 
