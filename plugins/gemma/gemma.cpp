@@ -1,4 +1,4 @@
-// gemma.cpp - the gemma family: gemma, gemma2, gemma3_text.
+// gemma.cpp - the gemma family: gemma, gemma2, gemma3_text, vaultgemma.
 //
 // What Gemma shares with llama comes from the SDK (attention, MLP, decoder layers); what is
 // Gemma's own is data: (1 + w) norms (OffsetRMSNorm), embeddings scaled by sqrt(hidden_size),
@@ -27,6 +27,8 @@ const std::map<std::string, mobius::DecoderDefaults>& defaults() {
                   "gelu_pytorch_tanh", "hidden_activation", 1.0, 50.0, 30.0}},
       {"gemma3_text", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, 1000000.0, 4096, true,
                        "gelu_pytorch_tanh", "hidden_activation"}},
+      {"vaultgemma", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, 10000.0, 4096, true,
+                      "gelu_pytorch_tanh", "hidden_activation", 1.0, 50.0, 30.0}},
   };
   return d;
 }
@@ -46,7 +48,7 @@ ArchitectureConfig parse(const std::string& type, const json& raw) {
     if (scalar <= 0) r.fail("query_pre_attn_scalar", "must be positive");
     c.attention_multiplier = 1.0 / std::sqrt(scalar);
   }
-  if (type == "gemma2") {
+  if (type == "gemma2" || type == "vaultgemma") {
     mobius::default_layer_types(c, [](int64_t i) { return i % 2 == 0 ? "sliding_attention" : "full_attention"; });
   } else if (type == "gemma3_text") {
     // Stored in the config but not applied by transformers' Gemma 3 attention.
@@ -75,8 +77,11 @@ void build(mobius::BuildContext& ctx, const json& j) {
   ArchitectureConfig cfg = j.get<ArchitectureConfig>();
   DecoderSpec spec;
   spec.norm = NormKind::OffsetRMS;
-  // Gemma 1 is pre-norm (its post_attention_layernorm is the norm before the MLP).
-  spec.placement = cfg.model_type == "gemma" ? NormPlacement::Pre : NormPlacement::Sandwich;
+  // Gemma 1 is pre-norm (its post_attention_layernorm is the norm before the MLP); VaultGemma
+  // too, with the second norm named pre_feedforward_layernorm.
+  spec.placement = cfg.model_type == "gemma" || cfg.model_type == "vaultgemma" ? NormPlacement::Pre
+                                                                              : NormPlacement::Sandwich;
+  if (cfg.model_type == "vaultgemma") spec.names.post_attention_norm = "pre_feedforward_layernorm";
   build_text_generation(ctx, CausalLMModel(cfg, spec));
 }
 
