@@ -183,6 +183,7 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
                      {"library", r.plugin_path},
                      {"alias_of", r.alias_of},
                      {"builder_plugin", r.alias_of.empty() ? r.plugin : r.target_plugin},
+                     {"fallback", r.fallback},
                      {"shadows", shadowed}});
     }
     std::cout << out.dump(2) << "\n";
@@ -209,6 +210,7 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
     std::cout << t << std::string(w + 2 - t.size(), ' ') << tasks << std::string(tw + 2 - tasks.size(), ' ')
               << r.plugin << " "
               << r.version << (r.vendor.empty() ? "" : " (" + r.vendor + ")");
+    if (r.fallback) std::cout << "  [also builds an unknown decoder type whose tensors are " << t << "'s]";
     // Where an alias comes from: the manifest that declared it, and what builds it.
     if (!r.alias_of.empty())
       std::cout << "  [alias of " << r.alias_of << ", built by plugin " << r.target_plugin

@@ -32,6 +32,31 @@ std::deque<Entry>& entries() {
   return e;
 }
 
+// Asked to build a model type nobody registers (mobius_build_options::fallback): only a
+// text-generation decoder whose config.json states the fields a decoder is sized by (none of them
+// left to this type's defaults) and names a causal LM class, if it names one.
+void check_fallback(const Entry& e, const nlohmann::json& in) {
+  const nlohmann::json& t = text_config(in);
+  const std::string type = t.is_object() ? t.value("model_type", std::string("?")) : std::string("?");
+  const std::string as = "model type " + quote_value(type) + " is built as " + e.model_type + " only";
+  if (e.task != "text-generation" || !e.tasks.empty())
+    throw Error("[config] " + as + " by a text-generation decoder");
+  std::string missing;
+  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"})
+    if (!t.contains(k) || t.at(k).is_null()) missing += std::string(missing.empty() ? "'" : ", '") + k + "'";
+  if (!missing.empty()) throw Error("[config] " + as + " when config.json states a decoder's sizes; it lacks " + missing);
+  if (auto a = in.find("architectures"); a != in.end() && !a->is_null()) {
+    bool causal = false;
+    if (a->is_array())
+      for (const auto& n : *a)
+        if (n.is_string()) {
+          const std::string s = n.get<std::string>();
+          causal |= s.size() > 11 && s.compare(s.size() - 11, 11, "ForCausalLM") == 0;
+        }
+    if (!causal) throw Error("[config] " + as + " for a causal LM; 'architectures' names no *ForCausalLM class");
+  }
+}
+
 mobius_status parse_cb(void* user, mobius_context* ctx, const char* config_json,
                        mobius_string_sink* out) {
   auto* e = static_cast<Entry*>(user);
@@ -40,6 +65,9 @@ mobius_status parse_cb(void* user, mobius_context* ctx, const char* config_json,
     // the limits already; they hold here whatever host this runs in.
     nlohmann::json in = parse_config_text(config_json ? config_json : "", "config.json");
     nlohmann::json normalized;
+    if (const mobius_build_options* o = e->host->build_options(ctx);
+        o && MOBIUS_HAS_FIELD(o, mobius_build_options, fallback) && o->fallback)
+      check_fallback(*e, in);
     if (e->tasks.empty()) {
       normalized = e->parse(in);
     } else {

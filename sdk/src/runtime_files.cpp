@@ -154,12 +154,19 @@ bool transformers_js_causal_lm(const std::string& t) {
 // - every Qwen3.5 class computes positions with the Qwen2-VL get_rope_index, which reads
 //   config.vision_config.spatial_merge_size even for text (models/qwen2_vl, `?? 2` when the key
 //   is absent but not when vision_config is): a text-only config gets an empty vision_config.
+// - a model built as another type (a manifest's alias, a fallback for a type nobody registers)
+//   is loaded as that type: transformers.js picks the class by model_type.
 std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::string& model_type) {
-  if (model_type != "qwen3_5" && model_type != "qwen3_5_text") return std::nullopt;
   std::optional<std::string> text = ctx.source_config();
   if (!text) return std::nullopt;
   nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (!cfg.is_object()) return std::nullopt;
+  if (model_type != "qwen3_5" && model_type != "qwen3_5_text") {
+    auto t = cfg.find("model_type");
+    if (t == cfg.end() || !t->is_string() || t->get<std::string>() == model_type) return std::nullopt;
+    *t = model_type;
+    return cfg.dump(2) + "\n";
+  }
   if (model_type == "qwen3_5") cfg["architectures"] = nlohmann::ordered_json::array({"Qwen3_5ForCausalLM"});
   if (!cfg.contains("vision_config") || !cfg["vision_config"].is_object())
     cfg["vision_config"] = nlohmann::ordered_json::object();

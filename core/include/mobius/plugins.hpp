@@ -30,6 +30,9 @@ struct PluginRecord {
   // without a library declares only aliases (a pack that registers existing architectures under
   // other names, with no code of its own).
   std::map<std::string, std::string> aliases;
+  // The manifest's `fallback`: one of its model types, which builds a model type nobody
+  // registers when the config and the checkpoint's tensors are that type's (Registration::fallback).
+  std::string fallback;
   std::string origin;
   int priority = 0;
   bool loaded = false;

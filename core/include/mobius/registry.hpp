@@ -32,6 +32,10 @@ struct Registration {
   // which target_plugin (at target_path) registered; plugin and plugin_path name the manifest
   // that declared the alias. Empty for a type a plugin's code registered itself.
   std::string alias_of, target_plugin, target_path;
+  // The manifest names this type its pack's `fallback`: an unknown model type whose config.json
+  // has a decoder's fields and whose checkpoint holds exactly the tensors this type reads is
+  // built as this type (mobius::build).
+  bool fallback = false;
   // config.json text -> normalized config JSON text (defaults filled in).
   std::function<std::string(mobius_context* ctx, const std::string& config_json)> parse_config;
   // Builds the graph and weight plan into ctx from the normalized config.
@@ -59,6 +63,8 @@ class ModelRegistry {
   const Registration* get_registration(std::string_view model_type) const;
   bool contains(std::string_view model_type) const;
   std::vector<std::string> architectures() const;  // sorted
+  // The registrations marked fallback, by model type.
+  std::vector<const Registration*> fallbacks() const;
   size_t size() const { return entries_.size(); }
   // Registrations that lost to a higher-priority one, in the order they lost.
   const std::vector<Registration>& shadowed() const { return shadowed_; }

@@ -271,7 +271,7 @@ void finish(ModelPackage::Impl& impl) {
 
 std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs::path& dir,
                                                const std::string& config_text,
-                                               const BuildOptions& opts) {
+                                               const BuildOptions& opts, bool fallback) {
   if (reg.graphs.empty() && !opts.graph.empty())
     throw Error("[options] " + reg.model_type + " is one graph; there is no graph '" + opts.graph +
                 "' to choose");
@@ -294,6 +294,7 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
   impl->plugin = reg.plugin;
   impl->plugin_version = reg.version;
   impl->plugin_path = reg.plugin_path;
+  impl->ctx->options.fallback = fallback ? 1 : 0;
   impl->normalized_config = reg.parse_config(impl->ctx.get(), config_text);
   reg.build(impl->ctx.get(), impl->normalized_config);
   finish(*impl);
@@ -353,9 +354,91 @@ FolderConfig read_folder_config(const fs::path& dir, const ModelRegistry* regist
   return c;
 }
 
+namespace {
+
+// Up to `max` names, quoted, comma-separated: "'a', 'b', ... (12 in all)".
+std::string some_names(const std::vector<std::string>& names, size_t max = 5) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < max; ++i) s += (i ? ", " : "") + quote_name(names[i]);
+  if (names.size() > max) s += ", ... (" + std::to_string(names.size()) + " in all)";
+  return s;
+}
+
+// Why a fallback registration does not build the checkpoint, from the build's error: the tensor
+// names the weight plan's preflight could not match (those the checkpoint lacks, those it has
+// and the type does not read, those of another shape), or the config's problem.
+std::string fallback_refusal(const Registration& reg, const Error& e) {
+  const std::string m = e.what();
+  if (m.rfind("[preflight]", 0) != 0) return "its config.json is not a " + reg.model_type + " decoder's: " + m;
+  std::vector<std::string> lacks, extra, shaped;
+  // The first quoted name in `line` from `at` on.
+  auto quoted_after = [](const std::string& line, size_t at) {
+    const size_t a = line.find('\'', at), b = a == std::string::npos ? a : line.find('\'', a + 1);
+    return b == std::string::npos ? std::string() : line.substr(a + 1, b - a - 1);
+  };
+  for (size_t at = m.find('\n'); at != std::string::npos; at = m.find('\n', at + 1)) {
+    const size_t end = m.find('\n', at + 1);
+    const std::string line = m.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    if (size_t p = line.find("checkpoint has no tensor "); p != std::string::npos)
+      lacks.push_back(quoted_after(line, p));
+    else if (line.rfind("  checkpoint tensor ", 0) == 0 && line.find(" is not used by ") != std::string::npos)
+      extra.push_back(quoted_after(line, 0));
+    else if (line.find("' has shape ") != std::string::npos || line.find("' is ") != std::string::npos)
+      shaped.push_back(quoted_after(line, 0));
+  }
+  std::string why = "its checkpoint's tensors are not " + reg.model_type + "'s:";
+  if (!extra.empty()) why += " it holds " + some_names(extra) + ", which " + reg.model_type + " does not read;";
+  if (!lacks.empty()) why += " it lacks " + some_names(lacks) + ";";
+  if (!shaped.empty()) why += " " + some_names(shaped) + " differ in shape or dtype;";
+  if (extra.empty() && lacks.empty() && shaped.empty()) why += " " + m;
+  else why.pop_back();
+  return why;
+}
+
+// A model type no plugin registers, built by a registration marked fallback (Registration::
+// fallback) when the parser takes its config.json as that type's (every decoder field present)
+// and the checkpoint holds exactly the tensors that type reads; otherwise the registry's
+// "unknown model type" error, with why each fallback did not build it. Nothing is written either
+// way: this only builds the package.
+ModelPackage build_unknown(const FolderConfig& c, const BuildOptions& opts, const ModelRegistry& registry) {
+  std::string why;
+  for (const Registration* reg : registry.fallbacks()) {
+    try {
+      // Quietly: the build's own warnings are for the attempt that is kept.
+      BuildOptions attempt = opts;
+      attempt.quiet = true;
+      auto impl = build_impl(*reg, c.dir, c.text, attempt, true);
+      if (!impl->checkpoint) {
+        // Without weights (--no-weights) the tensors are still compared, by their headers.
+        if (c.dir.empty()) throw Error("[source] no checkpoint to compare its tensors with");
+        auto ckpt = open_checkpoint(c.dir, &c.text);
+        impl->ctx->plan.preflight(*ckpt, reg->model_type);
+      }
+      if (!opts.quiet)
+        std::cerr << "mobius: note: " + c.config_file.string() + ": model type " + quote_name(c.model_type) +
+                         " is not one mobius knows; its config has a decoder's fields and its checkpoint holds "
+                         "exactly the tensors " + reg->model_type + " reads: building it as " + reg->model_type + "\n";
+      if (!opts.quiet) impl = build_impl(*reg, c.dir, c.text, opts, true);
+      return ModelPackage(std::move(impl));
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Io || e.kind() == ErrorKind::Internal) throw;
+      why += "\n  not built as " + reg->model_type + ": " + fallback_refusal(*reg, e);
+    }
+  }
+  try {
+    registry.get(c.model_type);
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string(e.what()) + why);
+  }
+  throw Error("[registry] no registration for model type " + quote_name(c.model_type));
+}
+
+}  // namespace
+
 ModelPackage build(const std::string& source, const BuildOptions& opts,
                    const ModelRegistry& registry) {
   const FolderConfig c = read_folder_config(fs::path(source), &registry);
+  if (!registry.contains(c.model_type) && !registry.fallbacks().empty()) return build_unknown(c, opts, registry);
   return build_folder(c, registry.get(c.model_type), opts);
 }
 

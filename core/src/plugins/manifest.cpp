@@ -155,6 +155,10 @@ std::string read_manifest(const Folder& folder, const std::string& name, PluginR
       fail("model type " + quote_text(from) + " is both in 'model_types' and an alias");
   if (manifest_only && model_types.empty())
     for (const auto& [from, to] : aliases) model_types.push_back(from);
+  // fallback: one of the model types the library registers.
+  std::string fallback = text_of("fallback", false);
+  if (!fallback.empty() && (manifest_only || std::find(model_types.begin(), model_types.end(), fallback) == model_types.end()))
+    fail("'fallback' names " + quote_text(fallback) + ", which is not one of its 'model_types'");
 
   rec.name = std::move(plugin_name);
   rec.version = std::move(version);
@@ -163,6 +167,7 @@ std::string read_manifest(const Folder& folder, const std::string& name, PluginR
   rec.abi_version = abi_version;
   rec.model_types = std::move(model_types);
   rec.aliases = std::move(aliases);
+  rec.fallback = std::move(fallback);
   if (!lib.empty()) rec.library = shown_path(folder.path / lib);
   return lib;
 }

@@ -98,7 +98,10 @@ void run_plugin(PluginRecord& rec, const CheckedFile& file, int priority, ModelR
       throw Error("model type " + quote_text(r.model_type) +
                   " was registered with a task that is not printable text of at most " +
                   std::to_string(kMaxManifestString) + " bytes: " + quote_text(r.task));
-  for (const auto& r : reg.registrations) rec.registered.push_back(r.model_type);
+  for (auto& r : reg.registrations) {
+    rec.registered.push_back(r.model_type);
+    r.fallback = !rec.fallback.empty() && r.model_type == rec.fallback;
+  }
   registry.register_all(std::move(reg.registrations));
 }
 

@@ -77,6 +77,13 @@ bool ModelRegistry::contains(std::string_view model_type) const {
   return entries_.find(model_type) != entries_.end();
 }
 
+std::vector<const Registration*> ModelRegistry::fallbacks() const {
+  std::vector<const Registration*> out;
+  for (const auto& [t, r] : entries_)
+    if (r.fallback) out.push_back(&r);
+  return out;
+}
+
 std::vector<std::string> ModelRegistry::architectures() const {
   std::vector<std::string> out;
   for (const auto& [k, v] : entries_) out.push_back(k);

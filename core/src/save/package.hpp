@@ -27,10 +27,12 @@ struct ModelPackage::Impl {
   std::unique_ptr<mobius_context> ctx;
 };
 
+// `fallback`: the config names a type nobody registers and `reg` is asked to build it
+// (mobius_build_options::fallback).
 std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg,
                                                const std::filesystem::path& dir,
                                                const std::string& config_text,
-                                               const BuildOptions& opts);
+                                               const BuildOptions& opts, bool fallback = false);
 // A model folder's config.json: the resolved folder, the file's path as the user spelled it, its
 // text and the model type it declares (model_type, a composite's text_config model_type, or a
 // diffusers component's _class_name).

@@ -243,6 +243,11 @@ typedef struct mobius_build_options {
    * runtime's default, "slots" for "ort-genai" (GenAI feeds generation's positions), "input"
    * for the others. */
   const char* positions;
+  /* 1: config.json names a model type no plugin registers, and the host asks this architecture
+   * (its manifest's `fallback`) to build it. The parser refuses a config without the fields a
+   * decoder of this type reads (no defaults), and the host builds the model only if the
+   * checkpoint holds exactly the tensors it reads. Absent: 0. */
+  int32_t fallback;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 
