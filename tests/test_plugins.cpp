@@ -763,10 +763,14 @@ TEST_CASE("plugins: a manifest-only pack registers an existing architecture unde
   RunResult q = parity(t / "out", "llama-tiny");
   INFO(q.output);
   CHECK(q.status == 0);
-  // Without the pack the type is unknown.
-  RunResult u = build_cli(t / "ckpt", t / "out2", "--runtime onnxruntime");
+  // Without the pack the type is unknown: only the llama pack's fallback builds it, because its
+  // tensors are exactly llama's (test_fallback.cpp); one tensor short, it stays unknown.
+  copy_case("llama-tiny", t / "short", [](nlohmann::json& c) { c["model_type"] = "my_new_arch"; },
+            [](StTensor& s) { return s.name != "model.norm.weight"; });
+  RunResult u = build_cli(t / "short", t / "out2", "--runtime onnxruntime");
   CHECK(u.status != 0);
   CHECK(u.output.find("unknown model type 'my_new_arch'") != std::string::npos);
+  CHECK(u.output.find("it lacks 'model.norm.weight'") != std::string::npos);
   CHECK_FALSE(fs::exists(t / "out2"));
 
   // An alias of a type nobody registers, and aliases that only name each other, are plugin

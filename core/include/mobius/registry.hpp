@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,10 @@ class ModelRegistry {
   std::vector<std::string> architectures() const;  // sorted
   // The registrations marked fallback, by model type.
   std::vector<const Registration*> fallbacks() const;
+  // Model types a plugin's manifest claims (its model_types and aliases), loaded or not: a type
+  // a broken plugin claims is that plugin's error, never built by a fallback.
+  void note_claimed(const std::string& model_type) { claimed_.insert(model_type); }
+  bool claimed(std::string_view model_type) const { return claimed_.count(model_type) > 0; }
   size_t size() const { return entries_.size(); }
   // Registrations that lost to a higher-priority one, in the order they lost.
   const std::vector<Registration>& shadowed() const { return shadowed_; }
@@ -78,6 +83,7 @@ class ModelRegistry {
   void check_conflict(const Registration& r) const;
   std::map<std::string, Registration, std::less<>> entries_;
   std::vector<Registration> shadowed_;
+  std::set<std::string, std::less<>> claimed_;
 };
 
 std::string describe_registrant(const Registration& r);

@@ -438,7 +438,8 @@ ModelPackage build_unknown(const FolderConfig& c, const BuildOptions& opts, cons
 ModelPackage build(const std::string& source, const BuildOptions& opts,
                    const ModelRegistry& registry) {
   const FolderConfig c = read_folder_config(fs::path(source), &registry);
-  if (!registry.contains(c.model_type) && !registry.fallbacks().empty()) return build_unknown(c, opts, registry);
+  if (!registry.contains(c.model_type) && !registry.claimed(c.model_type) && !registry.fallbacks().empty())
+    return build_unknown(c, opts, registry);
   return build_folder(c, registry.get(c.model_type), opts);
 }
 

@@ -380,6 +380,10 @@ std::vector<PluginRecord> PluginHost::load(const std::vector<PluginSearchDir>& d
     }
   }
   impl_->resolve_aliases(out, registry, *this);
+  for (const auto& rec : out) {
+    for (const auto& t : rec.model_types) registry.note_claimed(t);
+    for (const auto& [from, to] : rec.aliases) registry.note_claimed(from);
+  }
   return out;
 }
 
