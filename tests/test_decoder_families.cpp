@@ -84,3 +84,34 @@ TEST_CASE("decoder families: published configs build graph-only with the real mo
   }
 }
 
+
+TEST_CASE("decoder families: configs that cannot work are refused, naming the key, with nothing written") {
+  struct Bad {
+    const char* c;
+    std::function<void(nlohmann::json&)> edit;
+    const char* reason;
+  };
+  const std::vector<Bad> cases = {
+      {"gptj-tiny", [](auto& c) { c["rotary_dim"] = 7; }, "'rotary_dim' must be even and at most the head size 16, got 7"},
+      {"gptj-tiny", [](auto& c) { c["rotary_dim"] = 32; }, "'rotary_dim' must be even and at most the head size 16"},
+      {"codegen-tiny", [](auto& c) { c["n_head"] = 2; }, "'n_head' (2) must be a multiple of 4"},
+      {"gpt-neo-local", [](auto& c) { c["attention_layers"] = {"global", "sparse"}; }, "'attention_layers' has 'sparse' (global or local)"},
+      {"gpt-neo-local", [](auto& c) { c["attention_layers"] = {"global"}; }, "'attention_layers' names 1 layers for 2"},
+      {"gpt-neo-local", [](auto& c) { c.erase("attention_layers"); c["attention_types"] = {{{"global"}, "two"}}; },
+       "'attention_types' must be a list of [types, repeat]"},
+      {"falcon-tiny", [](auto& c) { c["num_ln_in_parallel_attn"] = 2; }, "'num_ln_in_parallel_attn' is 2 without new_decoder_architecture"},
+      {"falcon-tiny", [](auto& c) { c["num_ln_in_parallel_attn"] = 3; }, "'num_ln_in_parallel_attn' must be 1 or 2"},
+      {"mpt-tiny", [](auto& c) { c["attn_config"]["softmax_scale"] = -1.0; }, "'attn_config' softmax_scale must be a positive number"},
+      {"olmo-tiny", [](auto& c) { c["clip_qkv"] = -0.5; }, "'clip_qkv' must not be negative"},
+      {"smollm3-tiny", [](auto& c) { c["no_rope_layers"] = {1, 1, 0}; }, "'no_rope_layers' has 3 entries for 2 layers"},
+      {"cohere-tiny", [](auto& c) { c["logit_scale"] = 0; }, "'logit_scale' must not be 0"},
+      {"hunyuan-dense-tiny", [](auto& c) { c.erase("head_dim"); }, "'head_dim' is required"},
+      {"exaone4-tiny", [](auto& c) { c.erase("layer_types"); c["sliding_window_pattern"] = 0; }, "'sliding_window_pattern' must be positive"},
+      {"opt-tiny", [](auto& c) { c["word_embed_proj_dim"] = 0; }, "'word_embed_proj_dim' must be positive"},
+  };
+  for (const auto& b : cases) {
+    CAPTURE(b.c);
+    CAPTURE(b.reason);
+    expect_rejected(b.c, b.edit, {}, b.reason);
+  }
+}
