@@ -89,6 +89,8 @@ const std::map<std::string, DecoderFamily>& families() {
           extra["qkv_layout"] = new_arch ? "per_group" : mq ? "blocks" : "per_head";
           extra["parallel_attn"] = parallel;
           extra["parallel_norms"] = norms;
+          // transformers.js reads config.json's own multi_query (absent: false).
+          extra["tjs_multi_query"] = r.has("multi_query") && r.get_bool("multi_query");
         },
         [](const json& j) {
           DecoderSpec s = bloom_names();
@@ -97,6 +99,7 @@ const std::map<std::string, DecoderFamily>& families() {
                                          : layout == "per_head" ? QkvLayout::PerHead
                                                                 : QkvLayout::Blocks;
           s.names.attention.alibi_scaled = true;  // Falcon divides ALiBi by sqrt(head_dim) too
+          s.packed_key_value_for_transformers_js = j.value("tjs_multi_query", false);
           if (j.value("parallel_attn", true)) {
             s.placement = NormPlacement::Parallel;
             s.parallel_shared_norm = j.value("parallel_norms", 1) == 1;

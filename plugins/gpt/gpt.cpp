@@ -100,11 +100,14 @@ const std::map<std::string, DecoderFamily>& families() {
           const bool mq = r.get_bool("multi_query", true);
           c.num_key_value_heads = mq ? 1 : c.num_attention_heads;  // num_key_value_heads is not read
           extra["multi_query"] = mq;
+          // transformers.js reads config.json's own multi_query (absent: false).
+          extra["tjs_multi_query"] = r.has("multi_query") && r.get_bool("multi_query");
           if (!r.get_bool("scale_attn_weights", true)) c.attention_multiplier = 1.0;
         },
         [](const json& j) {
           DecoderSpec s = gpt2_names();
           if (!j.value("multi_query", true)) s.names.attention.qkv_layout = QkvLayout::PerHead;
+          s.packed_key_value_for_transformers_js = j.value("tjs_multi_query", false);
           return s;
         }}},
       {"gpt_neo",

@@ -352,6 +352,10 @@ bool CausalLMModel::reads_position_ids(const BuildContext& ctx) const {
   return false;
 }
 
+bool CausalLMModel::packed_key_value(const std::string& runtime) const {
+  return runtime == "transformers.js" && spec.packed_key_value_for_transformers_js;
+}
+
 int CausalLMModel::position_id_rows(const std::string& runtime) const {
   return spec.position_id_rows ? spec.position_id_rows(runtime) : 1;
 }
@@ -416,8 +420,22 @@ void build_text_generation(BuildContext& ctx, const CausalLM& model) {
     in.position_ids = Squeeze(Slice(pos, {0}, {1}, {0}), {0});  // the temporal row
   }
   auto layout = model.cache_layout(act);
+  const bool packed = model.packed_key_value(runtime);
   for (size_t i = 0; i < layout.size(); ++i) {
     auto& m = in.past.emplace_back();
+    if (packed) {
+      // One [batch, past, 2 kv_heads head_dim] input, unpacked into the layer's key and value.
+      if (layout[i].size() != 2 || layout[i][0].name != "key" || layout[i][1].name != "value")
+        throw Error("[text-generation] a packed key_value cache needs a layer's key and value only");
+      const std::vector<Dim>& d = layout[i][0].dims;  // [batch, kv_heads, past, head_dim]
+      const int64_t kv = d[1].size, hd = d[3].size;
+      Value kvp = g.input(cache_io_names(runtime, i, "key_value").past,
+                          TensorType(layout[i][0].dtype, {d[0], d[2], Dim(2 * kv * hd)}));
+      auto halves = Split(kvp, {kv * hd, kv * hd}, -1);
+      m["key"] = Transpose(Reshape(halves[0], {0, 0, kv, hd}), {0, 2, 1, 3});
+      m["value"] = Transpose(Reshape(halves[1], {0, 0, kv, hd}), {0, 2, 1, 3});
+      continue;
+    }
     for (const auto& e : layout[i])
       m[e.name] = g.input(cache_io_names(runtime, i, e.name).past, TensorType(e.dtype, e.dims));
   }
@@ -426,13 +444,20 @@ void build_text_generation(BuildContext& ctx, const CausalLM& model) {
   if (out.present.size() != layout.size())
     throw Error("[text-generation] the model returned " + std::to_string(out.present.size()) +
                 " cache layers for " + std::to_string(layout.size()));
-  for (size_t i = 0; i < layout.size(); ++i)
-    for (const auto& e : layout[i]) {
-      auto it = out.present[i].find(e.name);
-      if (it == out.present[i].end())
+  for (size_t i = 0; i < layout.size(); ++i) {
+    for (const auto& e : layout[i])
+      if (out.present[i].find(e.name) == out.present[i].end())
         throw Error("[text-generation] layer " + std::to_string(i) + " returned no present '" + e.name + "'");
-      g.output(it->second, cache_io_names(runtime, i, e.name).present);
+    if (packed) {
+      const std::vector<Dim>& d = layout[i][0].dims;
+      const int64_t kv = d[1].size, hd = d[3].size;
+      auto flat = [&](Value t) { return Reshape(Transpose(t, {0, 2, 1, 3}), {0, 0, kv * hd}); };
+      g.output(Concat({flat(out.present[i].at("key")), flat(out.present[i].at("value"))}, -1),
+               cache_io_names(runtime, i, "key_value").present);
+      continue;
     }
+    for (const auto& e : layout[i]) g.output(out.present[i].at(e.name), cache_io_names(runtime, i, e.name).present);
+  }
 }
 
 }  // namespace mobius::nn

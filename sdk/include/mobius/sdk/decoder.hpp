@@ -83,6 +83,10 @@ struct DecoderSpec {
   bool final_norm = true;  // the stack ends in a norm (not OPT's post-norm form)
   // Sinusoidal positions: the table row that is zeros (XGLM's padding_idx).
   int64_t sinusoidal_padding_idx = -1;
+  // transformers.js feeds a multi-query model (config.json's multi_query: GPT-BigCode, Falcon)
+  // one cache tensor per layer, past_key_values.<i>.key_value [batch, past, 2 kv_heads
+  // head_dim]: each position's keys then values (CausalLM::packed_key_value).
+  bool packed_key_value_for_transformers_js = false;
 
   NormFactory norm_factory() const { return nn::norm_factory(norm); }
 };
@@ -216,6 +220,13 @@ class CausalLM : public Module {
     (void)ctx;
     return true;
   }
+  // Whether `runtime` feeds each layer's "key" and "value" [batch, kv_heads, past, head_dim]
+  // packed as one "key_value" [batch, past, 2 kv_heads head_dim] (transformers.js's multi-query
+  // models); the task packs and unpacks them around the model.
+  virtual bool packed_key_value(const std::string& runtime) const {
+    (void)runtime;
+    return false;
+  }
 };
 
 // TextModel + lm_head (tied to the embeddings when the config says so), logits divided by
@@ -231,6 +242,7 @@ class CausalLMModel : public CausalLM {
   std::vector<std::string> ignored_tensors() const override;
   int position_id_rows(const std::string& runtime) const override;
   bool reads_position_ids(const BuildContext& ctx) const override;  // any layer reads them
+  bool packed_key_value(const std::string& runtime) const override;
 
   ArchitectureConfig cfg;
   DecoderSpec spec;
