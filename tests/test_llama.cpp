@@ -3,6 +3,7 @@
 // builds a module a C++ program assembled itself.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "checkpoint/checkpoint.hpp"
@@ -369,4 +370,34 @@ TEST_CASE("decoder spec: a llama-like model with other tensor names is a table e
       CHECK_FALSE(inits.count("transformer.h.0.attention.wq.weight"));
     }
   }
+}
+
+TEST_CASE("llama: a tied config with an lm_head of the checkpoint's own reads that head") {
+  // transformers ties only a head the checkpoint lacks: a stored lm_head.weight is used as it is.
+  auto reader = open_safetensors_checkpoint(golden("llama3-rope-tied"));
+  const TensorMeta* e = reader->find("model.embed_tokens.weight");
+  REQUIRE(e);
+  std::vector<float> table(e->nbytes / 4);
+  reader->read(*e, table.data());
+  auto head_of = [&](float scale) {
+    std::vector<uint8_t> bytes(table.size() * 4);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const float v = table[i] * scale;
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+    return StTensor{"lm_head.weight", "F32", e->shape, bytes};
+  };
+  TempDir t;
+  // The table itself stored as the head: transformers' logits.
+  copy_case("llama3-rope-tied", t / "same", {}, {}, {head_of(1.0f)});
+  RunResult r = build_cli(t / "same", t / "out-same", "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(parity(t / "out-same", "llama3-rope-tied").status == 0);
+  // Twice the table: the head is read, so the logits are not the tied model's.
+  copy_case("llama3-rope-tied", t / "twice", {}, {}, {head_of(2.0f)});
+  r = build_cli(t / "twice", t / "out-twice", "--runtime onnxruntime");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(parity(t / "out-twice", "llama3-rope-tied").status != 0);
 }

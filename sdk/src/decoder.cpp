@@ -372,6 +372,11 @@ TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
   shared.max_positions = cfg.max_position_embeddings;
   TextGenOutputs out;
   Value h = model->forward(g, shared, in.past, out.present);
+  // A checkpoint that stores its own lm_head is read as stored, tied or not (transformers ties
+  // only a head the checkpoint lacks).
+  const std::string head = lm_head->full_name("weight");
+  if (cfg.tie_word_embeddings && lm_head->source_tensor("weight") != head && g.context().query_tensor(head))
+    const_cast<Linear*>(lm_head)->tie("weight", head);
   ScopeGuard s(g, "lm_head");
   Value logits = Cast(lm_head->forward(g, h), DType::Float);
   if (cfg.logits_scaling != 1.0) logits = Div(logits, Scalar(g, DType::Float, cfg.logits_scaling));

@@ -229,8 +229,9 @@ class CausalLM : public Module {
   }
 };
 
-// TextModel + lm_head (tied to the embeddings when the config says so), logits divided by
-// cfg.logits_scaling and soft-capped as the config asks.
+// TextModel + lm_head (tied to the embeddings when the config says so and the checkpoint stores
+// no lm_head of its own), logits divided by cfg.logits_scaling, multiplied by
+// cfg.logits_multiplier and soft-capped as the config asks.
 class CausalLMModel : public CausalLM {
  public:
   CausalLMModel(const ArchitectureConfig& cfg, const DecoderSpec& spec = {});
