@@ -67,7 +67,7 @@ ArchitectureConfig parse(const std::string& type, const json& raw) {
     }
     c.has_sliding_rope = true;
   }
-  mobius::check_layer_types(r, c, {"full_attention", "sliding_attention"});
+  mobius::check_attention_layer_types(r, c);
   c.validate();
   return c;
 }

@@ -14,10 +14,6 @@ using mobius::ConfigReader;
 using namespace mobius::nn;
 using nlohmann::json;
 
-void known_layer_types(const ConfigReader& r, const ArchitectureConfig& c) {
-  mobius::check_layer_types(r, c, {"full_attention", "sliding_attention"});
-}
-
 // Layers "sliding_attention" where the config names no layer_types: every `period`-th layer
 // (i + 1) % period == 0 is full (full_last) or sliding.
 void periodic_layers(ArchitectureConfig& c, int64_t period, bool full_last) {
@@ -34,7 +30,7 @@ void qwen_window(const ConfigReader& r, ArchitectureConfig& c) {
   mobius::default_layer_types(c, [&](int64_t i) {
     return c.sliding_window > 0 && i >= max_window_layers ? "sliding_attention" : "full_attention";
   });
-  known_layer_types(r, c);
+  mobius::check_attention_layer_types(r, c);
 }
 
 DecoderSpec post_norm(const json&) {
@@ -49,7 +45,7 @@ void glm_attention(const ConfigReader& r, ArchitectureConfig& c) {
   c.qkv_bias = r.get_bool("attention_bias", true);
   c.o_bias = false;
   c.rope.interleaved = true;
-  known_layer_types(r, c);
+  mobius::check_attention_layer_types(r, c);
 }
 
 DecoderSpec glm_spec() {
@@ -64,15 +60,15 @@ const std::map<std::string, DecoderFamily>& families() {
       // vocab, hidden, intermediate, layers, heads, kv heads (0: heads), head_dim (0: hidden /
       // heads), max positions, rms eps, rope theta
       {"llama", {D{32000, 4096, 11008, 32, 32, 0, 0, 2048, 1e-6, 10000.0},
-                 [](const ConfigReader& r, ArchitectureConfig& c, json&) { known_layer_types(r, c); }}},
+                 [](const ConfigReader& r, ArchitectureConfig& c, json&) { mobius::check_attention_layer_types(r, c); }}},
       {"mistral", {D{32000, 4096, 14336, 32, 32, 8, 0, 4096 * 32, 1e-6, 10000.0},
-                   [](const ConfigReader& r, ArchitectureConfig& c, json&) { known_layer_types(r, c); }}},
+                   [](const ConfigReader& r, ArchitectureConfig& c, json&) { mobius::check_attention_layer_types(r, c); }}},
       {"ministral", {D{32000, 4096, 14336, 32, 32, 8, 0, 4096 * 32, 1e-6, 10000.0, 4096},
                      [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                        if (r.raw().contains("sliding_window") && r.raw().at("sliding_window").is_null())
                          c.sliding_window = 0;
                        mobius::default_layer_types(c, [](int64_t) { return "sliding_attention"; });
-                       known_layer_types(r, c);
+                       mobius::check_attention_layer_types(r, c);
                      }}},
       {"qwen2", {D{151936, 4096, 22016, 32, 32, 32, 0, 32768, 1e-6, 10000.0},
                  [](const ConfigReader& r, ArchitectureConfig& c, json&) {
@@ -92,12 +88,12 @@ const std::map<std::string, DecoderFamily>& families() {
                      c.residual_multiplier = r.get_double("residual_multiplier", 1.0);
                      c.logits_scaling = r.get_double("logits_scaling", 1.0);
                      if (c.logits_scaling == 0) r.fail("logits_scaling", "must not be 0");
-                     known_layer_types(r, c);
+                     mobius::check_attention_layer_types(r, c);
                    }}},
       {"olmo2", {D{50304, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5, 10000.0},
                  [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                    c.qk_norm = "full";
-                   known_layer_types(r, c);
+                   mobius::check_attention_layer_types(r, c);
                  },
                  post_norm}},
       {"olmo3", {D{50304, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5, 500000.0, 4096},
@@ -111,7 +107,7 @@ const std::map<std::string, DecoderFamily>& families() {
                      c.sliding_rope = mobius::RopeConfig{};
                      c.sliding_rope.theta = 500000.0;
                    }
-                   known_layer_types(r, c);
+                   mobius::check_attention_layer_types(r, c);
                  },
                  post_norm}},
       {"exaone4", {D{102400, 4096, 16384, 32, 32, 32, 0, 2048, 1e-5, 10000.0, 4096},
@@ -125,7 +121,7 @@ const std::map<std::string, DecoderFamily>& families() {
                        if (pattern <= 0) r.fail("sliding_window_pattern", "must be positive");
                        periodic_layers(c, pattern, true);
                      }
-                     known_layer_types(r, c);
+                     mobius::check_attention_layer_types(r, c);
                      // Only sliding layers rotate (every layer when there is no window).
                      if (windowed)
                        for (int64_t i = 0; i < c.num_hidden_layers; ++i)
@@ -136,7 +132,7 @@ const std::map<std::string, DecoderFamily>& families() {
                   [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                     c.rope.interleaved = true;  // adjacent pairs
                     c.o_bias = false;           // o_proj never has one
-                    known_layer_types(r, c);
+                    mobius::check_attention_layer_types(r, c);
                   }}},
       {"smollm3", {D{128256, 2048, 11008, 36, 16, 4, 0, 32768, 1e-6, 2000000.0, 0, true},
                    [](const ConfigReader& r, ArchitectureConfig& c, json&) {
@@ -157,10 +153,10 @@ const std::map<std::string, DecoderFamily>& families() {
                      mobius::default_layer_types(c, [&](int64_t i) {
                        return window && uses[static_cast<size_t>(i)] == 0 ? "sliding_attention" : "full_attention";
                      });
-                     known_layer_types(r, c);
+                     mobius::check_attention_layer_types(r, c);
                    }}},
       {"arcee", {D{32000, 2560, 18432, 32, 32, 0, 0, 4096, 1e-5, 10000.0, 0, false, "relu2"},
-                 [](const ConfigReader& r, ArchitectureConfig& c, json&) { known_layer_types(r, c); },
+                 [](const ConfigReader& r, ArchitectureConfig& c, json&) { mobius::check_attention_layer_types(r, c); },
                  [](const json&) {
                    DecoderSpec s;
                    s.feed_forward = plain_mlp();  // down(relu(up(x))^2), no gate
@@ -178,7 +174,7 @@ const std::map<std::string, DecoderFamily>& families() {
                        c.rope.factor = 8.0;
                        c.rope.original_max_position_embeddings = 8192;
                      }
-                     known_layer_types(r, c);
+                     mobius::check_attention_layer_types(r, c);
                    },
                    [](const json&) {
                      DecoderSpec s;
@@ -191,7 +187,7 @@ const std::map<std::string, DecoderFamily>& families() {
                     [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                       c.rope.interleaved = true;
                       c.qkv_bias = c.o_bias = c.mlp_bias = r.get_bool("use_bias", false);
-                      known_layer_types(r, c);
+                      mobius::check_attention_layer_types(r, c);
                     }}},
       {"hunyuan_v1_dense", {D{290943, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5, 10000.0},
                             [](const ConfigReader& r, ArchitectureConfig& c, json&) {
@@ -210,7 +206,7 @@ const std::map<std::string, DecoderFamily>& families() {
                                   c.rope.type = "default";
                                 }
                               }
-                              known_layer_types(r, c);
+                              mobius::check_attention_layer_types(r, c);
                             },
                             [](const json&) {
                               DecoderSpec s;
@@ -223,7 +219,7 @@ const std::map<std::string, DecoderFamily>& families() {
                     [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                       c.qkv_bias = r.get_bool("attention_bias", true);
                       c.o_bias = r.get_bool("attention_out_bias", false);
-                      known_layer_types(r, c);
+                      mobius::check_attention_layer_types(r, c);
                     }}},
       {"glm", {D{151552, 4096, 13696, 40, 32, 2, 128, 131072, 1.5625e-7, 10000.0, 0, false, "silu", "hidden_act", 0.5},
                [](const ConfigReader& r, ArchitectureConfig& c, json&) { glm_attention(r, c); },

@@ -17,10 +17,6 @@ using mobius::ConfigReader;
 using namespace mobius::nn;
 using nlohmann::json;
 
-void known_layer_types(const ConfigReader& r, const ArchitectureConfig& c) {
-  mobius::check_layer_types(r, c, {"full_attention", "sliding_attention"});
-}
-
 // Cohere's layer: one LayerNorm without bias (mean-subtracting) before attention and MLP in
 // parallel; rotary on adjacent pairs; logits times logit_scale.
 void cohere_common(const ConfigReader& r, ArchitectureConfig& c) {
@@ -48,7 +44,7 @@ const std::map<std::string, DecoderFamily>& families() {
           c.o_bias = false;
           if (r.get_bool("qk_layernorm", false)) c.qk_norm = "head_each";  // one LayerNorm per head
           extra["use_parallel_residual"] = r.get_bool("use_parallel_residual", false);
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
         },
         [](const json& j) {
           DecoderSpec s;
@@ -68,7 +64,7 @@ const std::map<std::string, DecoderFamily>& families() {
         [](const ConfigReader& r, ArchitectureConfig& c, json&) {
           c.qkv_bias = c.o_bias = c.mlp_bias = c.lm_head_bias = true;
           if (r.get_bool("qk_layernorm", false)) c.qk_norm = "head";  // one LayerNorm, shared by the heads
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
         },
         [](const json&) {
           DecoderSpec s;
@@ -89,7 +85,7 @@ const std::map<std::string, DecoderFamily>& families() {
           {{"rms_norm_eps", {"norm_epsilon"}}}},
         [](const ConfigReader& r, ArchitectureConfig& c, json&) {
           c.qkv_bias = c.o_bias = c.mlp_bias = r.get_bool("use_bias", true);
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
         },
         [](const json&) {
           DecoderSpec s;
@@ -102,7 +98,7 @@ const std::map<std::string, DecoderFamily>& families() {
       {"nemotron",
        {D{256000, 6144, 24576, 32, 48, 0, 0, 4096, 1e-5, 10000.0, 0, false, "relu2", "hidden_act", 0.5, 0, 0,
           {{"rms_norm_eps", {"norm_eps"}}}},
-        [](const ConfigReader& r, ArchitectureConfig& c, json&) { known_layer_types(r, c); },
+        [](const ConfigReader& r, ArchitectureConfig& c, json&) { mobius::check_attention_layer_types(r, c); },
         [](const json&) {
           DecoderSpec s;
           s.norm = NormKind::LayerOnePlus;  // LayerNorm1P: (1 + w), with a bias
@@ -115,7 +111,7 @@ const std::map<std::string, DecoderFamily>& families() {
         [](const ConfigReader& r, ArchitectureConfig& c, json&) {
           cohere_common(r, c);
           if (r.get_bool("use_qk_norm", false)) c.qk_norm = "head_each";  // weights [heads, head_dim]
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
         },
         cohere_spec}},
       {"cohere2",
@@ -130,7 +126,7 @@ const std::map<std::string, DecoderFamily>& families() {
           mobius::default_layer_types(c, [&](int64_t i) {
             return (i + 1) % pattern == 0 ? "full_attention" : "sliding_attention";
           });
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
           // Only the sliding layers rotate; the full ones have no position embedding.
           for (int64_t i = 0; i < c.num_hidden_layers; ++i)
             if (c.layer_types[static_cast<size_t>(i)] != "sliding_attention") c.no_rope_layers.push_back(i);
@@ -142,7 +138,7 @@ const std::map<std::string, DecoderFamily>& families() {
         [](const ConfigReader& r, ArchitectureConfig& c, json&) {
           if (r.has("clip_qkv")) c.clip_qkv = r.get_double("clip_qkv");
           if (c.clip_qkv < 0) r.fail("clip_qkv", "must not be negative");
-          known_layer_types(r, c);
+          mobius::check_attention_layer_types(r, c);
         },
         [](const json&) {
           DecoderSpec s;

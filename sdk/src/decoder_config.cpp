@@ -97,4 +97,8 @@ void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
                               " layers ('num_hidden_layers')");
 }
 
+void check_attention_layer_types(const ConfigReader& r, const ArchitectureConfig& c) {
+  check_layer_types(r, c, {"full_attention", "sliding_attention"});
+}
+
 }  // namespace mobius

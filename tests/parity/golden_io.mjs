@@ -5,6 +5,7 @@
 // A function that meets a usage or I/O error calls fail(message), which must not return: each
 // script passes its own die(), which prints "<script>: error: message" and exits with status 2.
 import { createRequire } from 'module';
+import { pathToFileURL } from 'url';
 import fs from 'fs';
 import path from 'path';
 
@@ -12,6 +13,19 @@ import path from 'path';
 export function nodeModulesDirs(bases) {
   return bases.filter(Boolean)
     .map((b) => (path.basename(b) === 'node_modules' ? b : path.join(b, 'node_modules')));
+}
+
+// @huggingface/transformers (its Node entry) from the first of `bases`' node_modules that has it;
+// null when none does.
+export async function importTransformersJs(bases) {
+  for (const dir of nodeModulesDirs(bases)) {
+    const pkgFile = path.join(dir, '@huggingface', 'transformers', 'package.json');
+    if (!fs.existsSync(pkgFile)) continue;
+    const pkg = JSON.parse(fs.readFileSync(pkgFile, 'utf8'));
+    const entry = pkg.exports?.node?.import?.default ?? './dist/transformers.node.mjs';
+    return import(pathToFileURL(path.join(dir, '@huggingface', 'transformers', entry)).href);
+  }
+  return null;
 }
 
 // onnxruntime-node from the working folder's node_modules, else NODE_PATH's.

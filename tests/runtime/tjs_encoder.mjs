@@ -11,8 +11,8 @@
 // 77 (skipped) when @huggingface/transformers is not installed.
 import fs from 'fs';
 import path from 'path';
-import { pathToFileURL, fileURLToPath } from 'url';
-import { halfToFloat, nodeModulesDirs, readSafetensors } from '../parity/golden_io.mjs';
+import { fileURLToPath } from 'url';
+import { halfToFloat, importTransformersJs, readSafetensors } from '../parity/golden_io.mjs';
 
 const [out, caseDir, atolArg, rtolArg] = process.argv.slice(2);
 if (!out || !caseDir) {
@@ -22,15 +22,7 @@ if (!out || !caseDir) {
 const fail = (m) => { process.stdout.write(`tjs_encoder: FAIL: ${m}\n`); process.exit(1); };
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-let tjs = null;
-for (const dir of nodeModulesDirs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(), path.join(here, '..', '..')])) {
-  const pkgFile = path.join(dir, '@huggingface', 'transformers', 'package.json');
-  if (!fs.existsSync(pkgFile)) continue;
-  const pkg = JSON.parse(fs.readFileSync(pkgFile, 'utf8'));
-  const entry = pkg.exports?.node?.import?.default ?? './dist/transformers.node.mjs';
-  tjs = await import(pathToFileURL(path.join(dir, '@huggingface', 'transformers', entry)).href);
-  break;
-}
+const tjs = await importTransformersJs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(), path.join(here, '..', '..')]);
 if (!tjs) {
   process.stdout.write('tjs_encoder: SKIP: @huggingface/transformers is not installed\n');
   process.exit(77);

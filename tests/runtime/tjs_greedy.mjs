@@ -8,11 +8,9 @@
 // end-of-sequence stop (the reference's generate had none: its eos logits compete like any other).
 // Prints one line per case; exit 0 when every case gives the reference tokens, 1 otherwise, 2 on
 // a usage error.
-import { createRequire } from 'module';
-import { pathToFileURL, fileURLToPath } from 'url';
-import fs from 'fs';
+import { fileURLToPath } from 'url';
 import path from 'path';
-import { nodeModulesDirs, readSafetensors } from '../parity/golden_io.mjs';
+import { importTransformersJs, readSafetensors } from '../parity/golden_io.mjs';
 
 const usage = (msg) => {
   process.stderr.write(`tjs_greedy: error: ${msg}\n`);
@@ -23,16 +21,8 @@ const args = process.argv.slice(2);
 if (args.length === 0 || args.length % 2) usage('expected CASE_DIR OUT_DIR pairs');
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-let tjs = null;
-for (const dir of nodeModulesDirs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(),
-  ...(process.env.NODE_PATH || '').split(':'), path.join(here, '..', '..')])) {
-  const pkgFile = path.join(dir, '@huggingface', 'transformers', 'package.json');
-  if (!fs.existsSync(pkgFile)) continue;
-  const pkg = JSON.parse(fs.readFileSync(pkgFile, 'utf8'));
-  const entry = pkg.exports?.node?.import?.default ?? './dist/transformers.node.mjs';
-  tjs = await import(pathToFileURL(path.join(dir, '@huggingface', 'transformers', entry)).href);
-  break;
-}
+const tjs = await importTransformersJs([process.env.MOBIUS_SOURCE_ROOT, process.cwd(),
+  ...(process.env.NODE_PATH || '').split(':'), path.join(here, '..', '..')]);
 if (!tjs) usage('@huggingface/transformers not found');
 const { env, AutoModelForCausalLM, Tensor } = tjs;
 env.allowRemoteModels = false;

@@ -67,5 +67,7 @@ void default_layer_types(ArchitectureConfig& c, F pattern) {
 // `known`, and when the list's length is not num_hidden_layers (unless `any_length`).
 void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
                        std::initializer_list<const char*> known, bool any_length = true);
+// check_layer_types of an attention-only decoder: full_attention and sliding_attention.
+void check_attention_layer_types(const ConfigReader& r, const ArchitectureConfig& c);
 
 }  // namespace mobius
