@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build cmake pkg-config g++ libonnx-dev libprotobuf-dev protobuf-compiler
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev libssl-dev
-  python3)
+  python3 python3-venv)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -40,3 +40,21 @@ if [ ! -f build/build.ninja ]; then
   meson setup build
 fi
 ninja -C build
+
+# The tests' Python packages, pinned in tests/runtime/requirements.txt (ONNX Runtime GenAI), in a
+# virtual environment inside the build folder.
+if ! build/venv/bin/python - tests/runtime/requirements.txt >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        if version(name) != want:
+            sys.exit(1)
+PY
+then
+  echo "setup: installing the test packages (tests/runtime/requirements.txt) into build/venv"
+  python3 -m venv build/venv
+  build/venv/bin/pip install -q --disable-pip-version-check -r tests/runtime/requirements.txt
+fi
