@@ -447,8 +447,7 @@ int main(int argc, char** argv) {
                     "         positions (cumsum(attention_mask) - 1), and the fastest\n"
                     "Default: slots for ort-genai (GenAI feeds generation's positions), input\n"
                     "for onnxruntime and transformers.js. --ops standard always takes input")
-      ->check(CLI::IsMember({"input", "slots"}))
-      ->type_name("input|slots");
+      ->check(CLI::IsMember({"input", "slots"}));
   build->add_flag("--no-weights", opts.no_weights,
                   "Build the graph only; weights are zeros in a sparse data file");
   // Tensors stream in bounded chunks, so more threads cost little memory.
