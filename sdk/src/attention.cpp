@@ -4,6 +4,8 @@
 #include <cmath>
 #include <tuple>
 
+#include "mobius/sdk/half.hpp"
+
 namespace mobius::nn {
 
 using namespace mobius::op;
@@ -22,10 +24,18 @@ Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const At
     if (!groups.is_static() || groups.size * rep != static_cast<int64_t>(core.alibi.size()))
       throw Error("[attention] ALiBi needs one slope per head");
     std::vector<double> s;
-    for (double v : core.alibi) s.push_back(v * core.alibi_scale);
+    for (double v : core.alibi)
+      s.push_back(core.alibi_bf16 ? bf16_to_float(float_to_bf16(static_cast<float>(v))) : v * core.alibi_scale);
     const int64_t heads = groups.size * rep;
     Value slopes = Constant(g, DType::Float, {1, heads, 1, 1}, s, "alibi_slopes");
-    Value bias = Mul(slopes, shared.key_positions());  // [batch, heads, 1, total]
+    Value bias;  // [batch, heads, 1, total]
+    if (core.alibi_bf16) {
+      auto bf16 = [](Value v) { return Cast(Cast(v, DType::BFloat16), DType::Float); };
+      bias = Div(bf16(Mul(slopes, bf16(shared.key_positions()))),
+                 Scalar(g, DType::Float, 1.0 / core.alibi_scale));
+    } else {
+      bias = Mul(slopes, shared.key_positions());
+    }
     if (rep == 1) scores = Add(scores, bias);
     else scores = Reshape(Add(Reshape(scores, {0, heads, -1, 0}), bias), {0, groups.size, -1, 0});
   }
@@ -85,7 +95,10 @@ Attention::Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFac
   core.window = cfg.is_sliding(layer) ? cfg.sliding_window : 0;
   if (alibi) {
     core.alibi = nn::alibi_slopes(heads, alibi_slopes, alibi_bias_max);
-    if (names.alibi_scaled) core.alibi_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    if (names.alibi_scaled) {
+      core.alibi_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+      core.alibi_bf16 = true;
+    }
   }
   const int64_t q_out = heads * head_dim * (output_gate ? 2 : 1);
   if (!names.qkv.empty()) {

@@ -44,6 +44,9 @@ struct AttentionCore {
   // the mask); empty: none.
   std::vector<double> alibi;
   double alibi_scale = 1.0;
+  // Falcon's ALiBi: slope and position rounded to bfloat16, their product rounded to bfloat16,
+  // then divided by sqrt(head_dim) (alibi_scale 1 / sqrt(head_dim)) in float32.
+  bool alibi_bf16 = false;
 };
 
 // The attention probabilities for q [batch, groups, rep * seq, d] (the rep query heads of one
@@ -80,7 +83,7 @@ struct AttentionNames {
   bool in_out = false;  // weights stored [in, out] (GPT-2's Conv1D)
   bool qk_norm_after_rope = false;  // HunYuan: the q/k norms rotate first
   bool qk_norm_per_head_tensors = false;  // "head_each" read from <norm>.norms.<h>.weight (StableLM)
-  bool alibi_scaled = false;  // ALiBi divided by sqrt(head_dim) too (Falcon)
+  bool alibi_scaled = false;  // Falcon's ALiBi: in bfloat16, divided by sqrt(head_dim) (AttentionCore)
 };
 
 // Multi-head / grouped-query attention with a dynamic key/value cache (transformers' eager
