@@ -18,16 +18,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-genai-greedy-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export MOBIUS_PLUGIN_CACHE=${MOBIUS_PLUGIN_CACHE:-$work/plugin-scan.json}
 
-cases=("$@")
-if [ ${#cases[@]} -eq 0 ]; then
-  for d in "$root"/tests/golden/*/; do cases+=("$(basename "$d")"); done
-fi
+# shellcheck source=greedy_cases.sh
+. "$(dirname "${BASH_SOURCE[0]}")/greedy_cases.sh"
 pairs=()
 status=0
-for c in "${cases[@]}"; do
+while IFS= read -r c; do
   dir=$root/tests/golden/$c
-  grep -q '"greedy.tokens"' <(head -c 4096 "$dir/reference.safetensors" 2>/dev/null) || continue
-  if ! "$cli" build -m "$dir" "$work/$c" >"$work/$c.log" 2>&1; then
+  if ! "$cli" build -m "$dir" "$work/$c" </dev/null >"$work/$c.log" 2>&1; then
     echo "FAIL $c: mobius build failed: $(tail -n 2 "$work/$c.log" | tr '\n' ' ')"
     status=1
   elif [ -f "$work/$c/genai_config.json" ]; then
@@ -38,7 +35,7 @@ for c in "${cases[@]}"; do
     echo "FAIL $c: no genai_config.json and no warning saying why"
     status=1
   fi
-done
+done < <(greedy_cases "$root" "$@")
 [ ${#pairs[@]} -gt 0 ] || { echo "run_genai_greedy: no case to run"; exit "$status"; }
 "$py" "$root/tests/runtime/genai_greedy.py" "${pairs[@]}" || status=1
 exit "$status"

@@ -17,16 +17,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-tjs-greedy-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export MOBIUS_PLUGIN_CACHE=${MOBIUS_PLUGIN_CACHE:-$work/plugin-scan.json}
 
-cases=("$@")
-if [ ${#cases[@]} -eq 0 ]; then
-  for d in "$root"/tests/golden/*/; do cases+=("$(basename "$d")"); done
-fi
+# shellcheck source=greedy_cases.sh
+. "$(dirname "${BASH_SOURCE[0]}")/greedy_cases.sh"
 pairs=()
 status=0
-for c in "${cases[@]}"; do
+while IFS= read -r c; do
   dir=$root/tests/golden/$c
-  grep -q '"greedy.tokens"' <(head -c 4096 "$dir/reference.safetensors" 2>/dev/null) || continue
-  if "$cli" build -q --runtime transformers.js -m "$dir" "$work/$c" >"$work/$c.log" 2>&1; then
+  if "$cli" build -q --runtime transformers.js -m "$dir" "$work/$c" </dev/null >"$work/$c.log" 2>&1; then
     pairs+=("$dir" "$work/$c")
   elif grep -q "transformers.js cannot run model type" "$work/$c.log"; then
     echo "n/a  $c: $(grep -o "transformers.js cannot run model type '[^']*'" "$work/$c.log")"
@@ -34,7 +31,7 @@ for c in "${cases[@]}"; do
     echo "FAIL $c: mobius build failed: $(tail -n 2 "$work/$c.log" | tr '\n' ' ')"
     status=1
   fi
-done
+done < <(greedy_cases "$root" "$@")
 [ ${#pairs[@]} -gt 0 ] || { echo "run_tjs_greedy: no case to run"; exit "$status"; }
 (cd "$root" && node tests/runtime/tjs_greedy.mjs "${pairs[@]}") || status=1
 exit "$status"
