@@ -364,34 +364,16 @@ std::string some_names(const std::vector<std::string>& names, size_t max = 5) {
   return s;
 }
 
-// Why a fallback registration does not build the checkpoint, from the build's error: the tensor
-// names the weight plan's preflight could not match (those the checkpoint lacks, those it has
-// and the type does not read, those of another shape), or the config's problem.
-std::string fallback_refusal(const Registration& reg, const Error& e) {
-  const std::string m = e.what();
-  if (m.rfind("[preflight]", 0) != 0) return "its config.json is not a " + reg.model_type + " decoder's: " + m;
-  std::vector<std::string> lacks, extra, shaped;
-  // The first quoted name in `line` from `at` on.
-  auto quoted_after = [](const std::string& line, size_t at) {
-    const size_t a = line.find('\'', at), b = a == std::string::npos ? a : line.find('\'', a + 1);
-    return b == std::string::npos ? std::string() : line.substr(a + 1, b - a - 1);
-  };
-  for (size_t at = m.find('\n'); at != std::string::npos; at = m.find('\n', at + 1)) {
-    const size_t end = m.find('\n', at + 1);
-    const std::string line = m.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-    if (size_t p = line.find("checkpoint has no tensor "); p != std::string::npos)
-      lacks.push_back(quoted_after(line, p));
-    else if (line.rfind("  checkpoint tensor ", 0) == 0 && line.find(" is not used by ") != std::string::npos)
-      extra.push_back(quoted_after(line, 0));
-    else if (line.find("' has shape ") != std::string::npos || line.find("' is ") != std::string::npos)
-      shaped.push_back(quoted_after(line, 0));
-  }
+// Why a fallback registration's graph does not fit the checkpoint: the preflight's problems by
+// kind (StreamingWeightPlan::Mismatch).
+std::string fallback_refusal(const Registration& reg, const StreamingWeightPlan::Mismatch& m) {
   std::string why = "its checkpoint's tensors are not " + reg.model_type + "'s:";
-  if (!extra.empty()) why += " it holds " + some_names(extra) + ", which " + reg.model_type + " does not read;";
-  if (!lacks.empty()) why += " it lacks " + some_names(lacks) + ";";
-  if (!shaped.empty()) why += " " + some_names(shaped) + " differ in shape or dtype;";
-  if (extra.empty() && lacks.empty() && shaped.empty()) why += " " + m;
-  else why.pop_back();
+  if (!m.unused.empty()) why += " it holds " + some_names(m.unused) + ", which " + reg.model_type + " does not read;";
+  if (!m.missing.empty()) why += " it lacks " + some_names(m.missing) + ";";
+  if (!m.other.empty())
+    why += " " + std::string(m.other.size() == 1 ? "" : std::to_string(m.other.size()) + " more problems, the first: ") +
+           m.other.front() + ";";
+  why.pop_back();
   return why;
 }
 
@@ -404,25 +386,30 @@ ModelPackage build_unknown(const FolderConfig& c, const BuildOptions& opts, cons
   std::string why;
   for (const Registration* reg : registry.fallbacks()) {
     try {
-      // Quietly: the build's own warnings are for the attempt that is kept.
+      // The graph alone, quietly (the build's own warnings are for the build that is kept), then
+      // its weight plan against the checkpoint's headers.
       BuildOptions attempt = opts;
       attempt.quiet = true;
-      auto impl = build_impl(*reg, c.dir, c.text, attempt, true);
-      if (!impl->checkpoint) {
-        // Without weights (--no-weights) the tensors are still compared, by their headers.
-        if (c.dir.empty()) throw Error("[source] no checkpoint to compare its tensors with");
-        auto ckpt = open_checkpoint(c.dir, &c.text);
-        impl->ctx->plan.preflight(*ckpt, reg->model_type);
+      attempt.no_weights = true;
+      auto probe = build_impl(*reg, c.dir, c.text, attempt, true);
+      if (c.dir.empty()) throw Error("[source] no checkpoint to compare its tensors with");
+      StreamingWeightPlan::Mismatch mismatch;
+      try {
+        probe->ctx->plan.preflight(*open_checkpoint(c.dir, &c.text), reg->model_type, &mismatch);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Checkpoint) throw;
+        why += "\n  not built as " + reg->model_type + ": " + fallback_refusal(*reg, mismatch);
+        continue;
       }
       if (!opts.quiet)
         std::cerr << "mobius: note: " + c.config_file.string() + ": model type " + quote_name(c.model_type) +
                          " is not one mobius knows; its config has a decoder's fields and its checkpoint holds "
                          "exactly the tensors " + reg->model_type + " reads: building it as " + reg->model_type + "\n";
-      if (!opts.quiet) impl = build_impl(*reg, c.dir, c.text, opts, true);
-      return ModelPackage(std::move(impl));
+      return ModelPackage(build_impl(*reg, c.dir, c.text, opts, true));
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::Io || e.kind() == ErrorKind::Internal) throw;
-      why += "\n  not built as " + reg->model_type + ": " + fallback_refusal(*reg, e);
+      why += "\n  not built as " + reg->model_type + ": its config.json is not a " + reg->model_type +
+             " decoder's: " + e.what();
     }
   }
   try {

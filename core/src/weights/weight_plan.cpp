@@ -225,13 +225,20 @@ int32_t StreamingWeightPlan::scale_dtype(const PlannedInitializer& part) const {
   return it == scales_.end() ? MOBIUS_DTYPE_FLOAT : it->second.second;
 }
 
-void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::string& arch) const {
+void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::string& arch,
+                                    Mismatch* mismatch) const {
+  Mismatch kinds;
+  std::set<size_t> sorted;  // the errors kinds.missing and kinds.unused hold
   std::vector<std::string> errors;
   std::set<std::string> used;
   auto need = [&](const std::string& init, const std::string& t) -> const TensorMeta* {
     used.insert(t);
     const TensorMeta* m = ckpt.find(t);
-    if (!m) errors.push_back("initializer '" + init + "': checkpoint has no tensor '" + t + "'");
+    if (!m) {
+      sorted.insert(errors.size());
+      errors.push_back("initializer '" + init + "': checkpoint has no tensor '" + t + "'");
+      kinds.missing.push_back(t);
+    }
     return m;
   };
   for (const auto& i : inits_) {
@@ -280,11 +287,19 @@ void StreamingWeightPlan::preflight(const CheckpointReader& ckpt, const std::str
     if (used.count(m.name)) continue;
     bool ignored = std::any_of(ignore_.begin(), ignore_.end(),
                                [&](const std::string& g) { return glob_match(g, m.name); });
-    if (!ignored)
+    if (!ignored) {
+      sorted.insert(errors.size());
       errors.push_back("checkpoint tensor '" + m.name + "' is not used by " + arch +
                        " and not in its ignore list");
+      kinds.unused.push_back(m.name);
+    }
   }
   if (errors.empty()) return;
+  if (mismatch) {
+    for (size_t i = 0; i < errors.size(); ++i)
+      if (!sorted.count(i)) kinds.other.push_back(errors[i]);
+    *mismatch = std::move(kinds);
+  }
   std::string msg = "[preflight] " + std::to_string(errors.size()) + " problem" +
                     (errors.size() == 1 ? "" : "s") + " with the checkpoint (" +
                     ckpt.describe() + ") for " + arch + ":";

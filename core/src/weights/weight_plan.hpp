@@ -84,7 +84,13 @@ class StreamingWeightPlan {
   // Header-only validation against the checkpoint: every initializer has a source, every
   // source exists with a compatible shape and dtype, every checkpoint tensor is used or
   // ignored. Throws one mobius::Error listing every problem found.
-  void preflight(const CheckpointReader& ckpt, const std::string& arch) const;
+  // `mismatch`, when given, receives the problems by kind before the throw: the tensors the plan
+  // reads and the checkpoint lacks, the checkpoint's tensors nothing reads, and every other
+  // problem's message (a shape or dtype that does not fit, an initializer without a source).
+  struct Mismatch {
+    std::vector<std::string> missing, unused, other;
+  };
+  void preflight(const CheckpointReader& ckpt, const std::string& arch, Mismatch* mismatch = nullptr) const;
 
   // Writes the initializer's bytes (its dtype) into `out_fd` at `offset`, streaming: a tensor
   // stored in the same dtype is copied file to file (in the kernel where it can be), a cast
