@@ -98,7 +98,7 @@ const std::map<std::string, DecoderFamily>& families() {
           s.names.attention.qkv_layout = layout == "per_group" ? QkvLayout::PerGroup
                                          : layout == "per_head" ? QkvLayout::PerHead
                                                                 : QkvLayout::Blocks;
-          s.names.attention.alibi_scaled = true;  // Falcon divides ALiBi by sqrt(head_dim) too
+          s.names.attention.falcon_alibi = true;  // in bfloat16, divided by sqrt(head_dim)
           s.packed_key_value_for_transformers_js = j.value("tjs_multi_query", false);
           if (j.value("parallel_attn", true)) {
             s.placement = NormPlacement::Parallel;

@@ -95,7 +95,7 @@ Attention::Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFac
   core.window = cfg.is_sliding(layer) ? cfg.sliding_window : 0;
   if (alibi) {
     core.alibi = nn::alibi_slopes(heads, alibi_slopes, alibi_bias_max);
-    if (names.alibi_scaled) {
+    if (names.falcon_alibi) {
       core.alibi_scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
       core.alibi_bf16 = true;
     }

@@ -83,7 +83,7 @@ struct AttentionNames {
   bool in_out = false;  // weights stored [in, out] (GPT-2's Conv1D)
   bool qk_norm_after_rope = false;  // HunYuan: the q/k norms rotate first
   bool qk_norm_per_head_tensors = false;  // "head_each" read from <norm>.norms.<h>.weight (StableLM)
-  bool alibi_scaled = false;  // Falcon's ALiBi: in bfloat16, divided by sqrt(head_dim) (AttentionCore)
+  bool falcon_alibi = false;  // ALiBi as Falcon computes it: in bfloat16, divided by sqrt(head_dim)
 };
 
 // Multi-head / grouped-query attention with a dynamic key/value cache (transformers' eager
