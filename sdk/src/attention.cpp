@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "mobius/sdk/half.hpp"
+#include "packed.hpp"
 
 namespace mobius::nn {
 
@@ -353,18 +354,9 @@ Value PerHeadLayerNorm::forward(Graph& g, Value x) const {
   Value w;
   if (stacked) {
     // One [heads, head_dim] initializer from the per-head tensors, made while the weights stream.
-    BuildContext& ctx = g.context();
-    const std::string name = full_name("weight_stacked");
-    if (auto found = ctx.graph().find_initializer(name)) {
-      w = *found;
-    } else {
-      w = ctx.graph().initializer(name, TensorType(DType::Float, {Dim(heads), Dim(head_dim)}));
-      std::vector<std::string> sources;
-      for (int64_t i = 0; i < heads; ++i) sources.push_back(full_name("norms." + std::to_string(i) + ".weight"));
-      ctx.plan_transformed(name, sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
-        for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
-      });
-    }
+    std::vector<std::string> sources;
+    for (int64_t i = 0; i < heads; ++i) sources.push_back(full_name("norms." + std::to_string(i) + ".weight"));
+    w = detail::concatenated(g, full_name("weight_stacked"), sources, {heads, head_dim}, DType::Float);
   } else {
     w = param(g, "weight", DType::Float);
   }

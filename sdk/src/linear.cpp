@@ -20,14 +20,17 @@ Linear::Linear(int64_t in, int64_t out, bool bias, bool stored_in_out)
 
 namespace detail {
 
-Value packed_bias(Graph& g, const std::string& name, const std::vector<std::string>& sources, int64_t n, DType dtype) {
+Value concatenated(Graph& g, const std::string& name, const std::vector<std::string>& sources,
+                   const std::vector<int64_t>& dims, DType dtype) {
   BuildContext& ctx = g.context();
-  if (auto b = ctx.graph().find_initializer(name)) return *b;
-  Value b = ctx.graph().initializer(name, TensorType(dtype, {Dim(n)}));
+  if (auto v = ctx.graph().find_initializer(name)) return *v;
+  std::vector<Dim> d;
+  for (int64_t n : dims) d.emplace_back(n);
+  Value v = ctx.graph().initializer(name, TensorType(dtype, d));
   ctx.plan_transformed(name, sources, [](const std::vector<HostTensor>& in, float* out, size_t) {
     for (const HostTensor& t : in) out = std::copy(t.data, t.data + t.numel, out);
   });
-  return b;
+  return v;
 }
 
 }  // namespace detail
