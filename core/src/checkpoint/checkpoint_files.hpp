@@ -238,17 +238,20 @@ std::string checkpoint_description(const CheckpointFormat& fmt, CheckpointLayout
 // A reader's table: every tensor sorted by name with where its bytes are (Loc, which has a
 // member `size_t shard`), the shards' display names, lookups, and the checks a request must
 // pass. Immutable after construction, so concurrent reads are safe.
+// The tensor named `name` in `tensors`, sorted by name; nullptr when there is none.
+inline const TensorMeta* find_sorted(const std::vector<TensorMeta>& tensors, std::string_view name) {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), name, [](const TensorMeta& t, std::string_view n) {
+    return std::string_view(t.name) < n;
+  });
+  return it != tensors.end() && it->name == name ? &*it : nullptr;
+}
+
 template <typename Loc>
 class TableReader : public CheckpointReader {
  public:
   const std::vector<TensorMeta>& tensors() const override { return tensors_; }
 
-  const TensorMeta* find(std::string_view name) const override {
-    auto it = std::lower_bound(
-        tensors_.begin(), tensors_.end(), name,
-        [](const TensorMeta& t, std::string_view n) { return std::string_view(t.name) < n; });
-    return it != tensors_.end() && it->name == name ? &*it : nullptr;
-  }
+  const TensorMeta* find(std::string_view name) const override { return find_sorted(tensors_, name); }
 
   std::string describe() const override { return description_; }
 

@@ -290,12 +290,7 @@ class DequantizingReader final : public CheckpointReader {
 
   const std::vector<TensorMeta>& tensors() const override { return tensors_; }
 
-  const TensorMeta* find(std::string_view name) const override {
-    auto it = std::lower_bound(
-        tensors_.begin(), tensors_.end(), name,
-        [](const TensorMeta& t, std::string_view n) { return std::string_view(t.name) < n; });
-    return it != tensors_.end() && it->name == name ? &*it : nullptr;
-  }
+  const TensorMeta* find(std::string_view name) const override { return find_sorted(tensors_, name); }
 
   void read(const TensorMeta& meta, void* dst) const override {
     const size_t i = locate_for_read(meta);
