@@ -62,10 +62,11 @@ inline RunResult build_cli(const fs::path& ckpt, const fs::path& out, const std:
 }
 
 // The parity harness (tests/parity/parity.mjs) on a built model against golden case `c`.
-inline RunResult parity(const fs::path& model, const std::string& c) {
+inline RunResult parity(const fs::path& model, const std::string& c, const std::string& extra = "") {
   return run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +
              quote((fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "parity" / "parity.mjs").string()) +
-             " --model " + quote(model.string()) + " --case " + quote(golden(c).string()));
+             " --model " + quote(model.string()) + " --case " + quote(golden(c).string()) +
+             (extra.empty() ? "" : " " + extra));
 }
 
 // Builds an edited copy of golden case `c` and checks that it fails with `reason` in the

@@ -3,8 +3,10 @@
 // builds a module a C++ program assembled itself.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "checkpoint/checkpoint.hpp"
 #include "mobius/sdk/module_build.hpp"
@@ -233,22 +235,74 @@ TEST_CASE("llama: a caller's own position ids (gaps, a jump while decoding) are 
   }
 }
 
-TEST_CASE("llama: a tied lm_head reads the embedding table, laid out for its MatMul") {
-  TempDir t;
-  RunResult r = build_cli(golden("llama3-rope-tied"), t / "out");
-  INFO(r.output);
-  REQUIRE(r.status == 0);
-  onnx::ModelProto m = load_model(t / "out" / "model.onnx");
-  std::map<std::string, std::vector<int64_t>> inits;
-  for (const auto& i : m.graph().initializer())
-    inits[i.name()] = std::vector<int64_t>(i.dims().begin(), i.dims().end());
-  // The checkpoint has no lm_head.weight: the graph's [hidden, vocab] copy is the table
-  // [vocab, hidden] transposed while streaming (the Gather reads the table as stored).
-  REQUIRE(inits.count("model.embed_tokens.weight"));
-  REQUIRE(inits.count("lm_head.weight"));
-  const auto& e = inits["model.embed_tokens.weight"];
-  CHECK(inits["lm_head.weight"] == std::vector<int64_t>{e[1], e[0]});
-  CHECK(folded_at_load(m).empty());
+// The nodes that read initializer `name`, as "op:input index".
+static std::vector<std::string> readers(const onnx::ModelProto& m, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& n : m.graph().node())
+    for (int i = 0; i < n.input_size(); ++i)
+      if (n.input(i) == name) out.push_back(n.op_type() + ":" + std::to_string(i));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_CASE("llama: a tied lm_head reads the embedding table itself, once on disk and in memory") {
+  for (const char* args : {"", "--ops standard", "--dtype f16", "--runtime transformers.js"}) {
+    CAPTURE(args);
+    TempDir t;
+    RunResult r = build_cli(golden("llama3-rope-tied"), t / "out", args);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    const fs::path dir = fs::exists(t / "out" / "model.onnx") ? t / "out" : t / "out" / "onnx";
+    onnx::ModelProto m = load_model(dir / "model.onnx");
+    std::map<std::string, std::vector<int64_t>> inits;
+    for (const auto& i : m.graph().initializer())
+      inits[i.name()] = std::vector<int64_t>(i.dims().begin(), i.dims().end());
+    // The checkpoint has no lm_head.weight: the table [vocab, hidden] as stored is the lookup's
+    // and the head's (Gemm with transB), with no transposed copy on disk or folded at load.
+    CHECK(inits.count("lm_head.weight") == 0);
+    CHECK(inits["model.embed_tokens.weight"] == std::vector<int64_t>{192, 64});
+    CHECK(readers(m, "model.embed_tokens.weight") == std::vector<std::string>{"Gather:0", "Gemm:1"});
+    for (const auto& n : m.graph().node())
+      if (n.op_type() == "Gemm") {
+        REQUIRE(n.attribute_size() == 1);
+        CHECK(n.attribute(0).name() == "transB");
+        CHECK(n.attribute(0).i() == 1);
+      }
+    CHECK(folded_at_load(m).empty());
+  }
+  for (const char* args : {"--dtype int4", "--dtype int4 --asymmetric", "--dtype int4 --runtime transformers.js"}) {
+    CAPTURE(args);
+    TempDir t;
+    RunResult r = build_cli(golden("llama3-rope-tied"), t / "out", args);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    // transformers.js names a 4-bit model by its dtype (onnx/model_q4.onnx).
+    const fs::path dir = fs::exists(t / "out" / "model.onnx") ? t / "out" : t / "out" / "onnx";
+    const fs::path file = fs::exists(dir / "model.onnx") ? dir / "model.onnx" : dir / "model_q4.onnx";
+    onnx::ModelProto m = load_model(file);
+    std::set<std::string> inits;
+    for (const auto& i : m.graph().initializer()) inits.insert(i.name());
+    // One block-quantized table: the head's MatMulNBits and the lookup's GatherBlockQuantized
+    // read the same blocks and scales; no float table, no lm_head of its own.
+    CHECK(inits.count("model.embed_tokens.weight") == 0);
+    CHECK(inits.count("lm_head.weight_Q4") == 0);
+    const bool asym = std::string(args).find("asym") != std::string::npos;
+    // Asymmetric blocks are gathered from the table viewed as rows (a Reshape, as the scales'
+    // view is for symmetric ones).
+    CHECK(readers(m, "model.embed_tokens.weight_Q4") ==
+          (asym ? std::vector<std::string>{"MatMulNBits:1", "Reshape:0"}
+                : std::vector<std::string>{"GatherBlockQuantized:0", "MatMulNBits:1"}));
+    CHECK(readers(m, "model.embed_tokens.weight_scales") ==
+          (asym ? std::vector<std::string>{"GatherBlockQuantized:2", "MatMulNBits:2"}
+                : std::vector<std::string>{"MatMulNBits:2", "Reshape:0"}));
+    if (asym)
+      CHECK(readers(m, "model.embed_tokens.weight_zero_points") ==
+            std::vector<std::string>{"GatherBlockQuantized:3", "MatMulNBits:3"});
+    if (file.filename() != "model.onnx") continue;  // transformers.js runs it: the runtime tests
+    RunResult p = parity(dir, "llama3-rope-tied", "--top1 0.3");
+    INFO(p.output);
+    CHECK(p.status == 0);
+  }
 }
 
 TEST_CASE("llama: build_from_module builds a module assembled in C++ that matches transformers") {

@@ -370,15 +370,25 @@ TextGenOutputs CausalLMModel::forward(Graph& g, const TextGenInputs& in) const {
   SharedInputs shared(g, in.input_ids, in.attention_mask, in.position_ids,
                       activation_dtype(g.context()));
   shared.max_positions = cfg.max_position_embeddings;
-  TextGenOutputs out;
-  Value h = model->forward(g, shared, in.past, out.present);
   // A checkpoint that stores its own lm_head is read as stored, tied or not (transformers ties
-  // only a head the checkpoint lacks).
+  // only a head the checkpoint lacks). A tied head reads the embedding table itself, so the
+  // lookup is told before the graph is built (it may read the head's quantized blocks).
   const std::string head = lm_head->full_name("weight");
   if (cfg.tie_word_embeddings && lm_head->source_tensor("weight") != head && g.context().query_tensor(head))
     const_cast<Linear*>(lm_head)->tie("weight", head);
+  const bool tied = lm_head->source_tensor("weight") == model->embed_tokens->full_name("weight");
+  const_cast<Embedding*>(model->embed_tokens)->tied_head = tied;
+  TextGenOutputs out;
+  Value h = model->forward(g, shared, in.past, out.present);
   ScopeGuard s(g, "lm_head");
-  Value logits = Cast(lm_head->forward(g, h), DType::Float);
+  Value logits;
+  if (tied) {
+    logits = model->embed_tokens->tied_logits(g, h);
+    if (lm_head->has_bias) logits = Add(logits, lm_head->param(g, "bias", logits.dtype()));
+  } else {
+    logits = lm_head->forward(g, h);
+  }
+  logits = Cast(logits, DType::Float);
   if (cfg.logits_scaling != 1.0) logits = Div(logits, Scalar(g, DType::Float, cfg.logits_scaling));
   if (cfg.logits_multiplier != 1.0) logits = Mul(logits, Scalar(g, DType::Float, cfg.logits_multiplier));
   if (cfg.final_logit_softcapping > 0) {

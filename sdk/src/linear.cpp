@@ -114,8 +114,9 @@ Value weight_in_out(Graph& g, const std::string& name, const std::vector<std::st
   return w;
 }
 
-Value matmul_nbits(Graph& g, Value x, const std::string& name,
-                   const std::vector<std::string>& sources, int64_t k, int64_t n) {
+std::vector<Value> quantized_weight(Graph& g, const std::string& name,
+                                    const std::vector<std::string>& sources, int64_t k, int64_t n,
+                                    DType scales_dtype) {
   BuildContext& ctx = g.context();
   if (!ort_ops(ctx))
     throw Error("[config] --dtype int" + std::to_string(ctx.weight_bits()) +
@@ -125,11 +126,11 @@ Value matmul_nbits(Graph& g, Value x, const std::string& name,
   const std::vector<std::string> parts{name + "_Q" + std::to_string(q.bits), name + "_scales",
                                        name + "_zero_points"};
   const int n_parts = q.symmetric ? 2 : 3;
-  std::vector<Value> inputs{x};
+  std::vector<Value> out;
   for (int part = 0; part < n_parts; ++part) {
     Value v = ctx.graph().find_initializer(parts[part]).value_or(Value());
     if (!v.valid()) {
-      DType dt = part == MOBIUS_QUANT_PART_SCALES ? x.dtype() : DType::UInt8;
+      DType dt = part == MOBIUS_QUANT_PART_SCALES ? scales_dtype : DType::UInt8;
       std::vector<Dim> dims;
       for (int64_t d : quant_part_shape(q, part, n, k)) dims.emplace_back(d);
       v = ctx.graph().initializer(parts[part], TensorType(dt, dims));
@@ -142,27 +143,89 @@ Value matmul_nbits(Graph& g, Value x, const std::string& name,
       layout.part = part;
       ctx.plan_layout(parts[part], sources, layout);
     }
-    inputs.push_back(v);
+    out.push_back(v);
   }
+  return out;
+}
+
+Value matmul_nbits(Graph& g, Value x, const std::string& name,
+                   const std::vector<std::string>& sources, int64_t k, int64_t n) {
+  BuildContext& ctx = g.context();
+  std::vector<Value> inputs{x};
+  for (Value v : quantized_weight(g, name, sources, k, n, x.dtype())) inputs.push_back(v);
   TensorType t = x.type();
   if (t.rank_known) t.dims.back() = Dim(n);
   return g.node("MatMulNBits", inputs, {t},
-                {Attr("K", k), Attr("N", n), Attr("bits", static_cast<int64_t>(q.bits)),
-                 Attr("block_size", static_cast<int64_t>(q.block)),
+                {Attr("K", k), Attr("N", n), Attr("bits", static_cast<int64_t>(ctx.weight_bits())),
+                 Attr("block_size", static_cast<int64_t>(ctx.block_size())),
                  Attr("accuracy_level", static_cast<int64_t>(ctx.accuracy_level()))},
                 "com.microsoft")[0];
 }
 
 Embedding::Embedding(int64_t v, int64_t d) : vocab(v), dim(d) { declare("weight", {v, d}); }
 
+bool Embedding::shares_quantized_table(const BuildContext& ctx) const {
+  // GatherBlockQuantized reads MatMulNBits' blocks for 4 bits (ONNX Runtime's kernels for
+  // other widths are not in every runtime that loads the folder).
+  return tied_head && ctx.weight_bits() == 4 && parameter("weight").dtype == DType::Undefined;
+}
+
 Value Embedding::forward(Graph& g, Value ids, DType act) const {
   ScopeGuard s(g, path());
-  return Cast(Gather(param(g, "weight"), ids, 0), act);
+  BuildContext& ctx = g.context();
+  if (!shares_quantized_table(ctx)) return Cast(Gather(param(g, "weight"), ids, 0), act);
+  // The rows of the head's block-quantized table: [vocab, blocks, block * bits / 8] bytes with
+  // [vocab, blocks] scales (and packed zero points). Symmetric blocks are gathered in that
+  // layout (the scales viewed as [vocab, blocks, 1]: no copy of the table); zero points are
+  // packed along the blocks, so asymmetric ones are gathered from the table viewed as rows.
+  const std::vector<Value> q = quantized_weight(g, full_name("weight"), {source_tensor("weight")},
+                                                dim, vocab, act);
+  const int64_t block = ctx.block_size(), blocks = (dim + block - 1) / block;
+  const int64_t row_bytes = blocks * block * ctx.weight_bits() / 8;
+  const bool symmetric = q.size() == 2;
+  std::vector<Value> in;
+  if (symmetric) in = {q[0], ids, Reshape(q[1], {vocab, blocks, 1})};
+  else in = {Reshape(q[0], {vocab, row_bytes}), ids, q[1], q[2]};
+  TensorType t = ids.type();
+  if (t.rank_known) {
+    if (symmetric) t.dims.insert(t.dims.end(), {Dim(blocks), Dim(block)});
+    else t.dims.emplace_back(blocks * block);
+  }
+  t.dtype = act;
+  const int64_t rank = symmetric ? 3 : 2;
+  Value e = g.node("GatherBlockQuantized", in, {t},
+                   {Attr("bits", static_cast<int64_t>(ctx.weight_bits())), Attr("block_size", block),
+                    Attr("gather_axis", int64_t{0}), Attr("quantize_axis", rank - 1)},
+                   "com.microsoft")[0];
+  if (symmetric) {
+    std::vector<int64_t> shape(ids.type().rank_known ? ids.type().dims.size() : 0, 0);
+    if (shape.empty()) throw Error("[embedding] token ids of unknown rank");
+    shape.push_back(blocks * block);
+    e = Reshape(e, shape);
+  }
+  // Rows padded to whole blocks lose their padding.
+  if (blocks * block != dim) e = Slice(e, {0}, {dim}, {-1});
+  return e;
 }
 
 Value Embedding::tied_logits(Graph& g, Value x) const {
   ScopeGuard s(g, path());
-  return MatMul(x, Cast(Transpose(param(g, "weight"), {1, 0}), x.dtype()));
+  BuildContext& ctx = g.context();
+  if (shares_quantized_table(ctx))
+    return matmul_nbits(g, x, full_name("weight"), {source_tensor("weight")}, dim, vocab);
+  // Gemm reads the [vocab, dim] table as stored (transB): the embedding and the head are one
+  // initializer, with no transposed copy on disk nor one made when a session folds a Transpose.
+  Value w = Cast(param(g, "weight"), x.dtype());
+  const TensorType xt = x.type();
+  if (!xt.rank_known || xt.dims.size() < 2) throw Error("[embedding] tied logits of a vector");
+  Value rows = xt.dims.size() == 2 ? x : Reshape(x, {-1, dim});
+  Value y = g.node("Gemm", {rows, w}, {TensorType(x.dtype(), {xt.dims.size() == 2 ? xt.dims[0] : Dim(), Dim(vocab)})},
+                   {Attr("transB", int64_t{1})})[0];
+  if (xt.dims.size() == 2) return y;
+  TensorType out = xt;
+  out.dims.back() = Dim(vocab);
+  const int64_t lead = static_cast<int64_t>(xt.dims.size()) - 1;
+  return Reshape(y, Concat({Shape(x, 0, lead), Ints(g, {vocab})}, 0), out);
 }
 
 }  // namespace mobius::nn

@@ -150,14 +150,27 @@ class VectorParam : public Module {
   std::string leaf;
 };
 
+// The initializers of matmul_nbits's weight `name` ([Q, scales] or [Q, scales, zero points]),
+// planned once and found again by any later reader; scales in `scales_dtype`.
+std::vector<Value> quantized_weight(Graph& g, const std::string& name,
+                                    const std::vector<std::string>& sources, int64_t k, int64_t n,
+                                    DType scales_dtype);
+
 class Embedding : public Module {
  public:
   Embedding(int64_t vocab, int64_t dim);
   Value forward(Graph& g, Value ids, DType act) const;
-  // x [.., dim] times the table transposed: [.., vocab] (a decoder tied to the embeddings, reading
-  // the same initializer).
+  // x [.., dim] times the table transposed: [.., vocab], for a head tied to the embeddings. One
+  // table serves both: the same initializer (Gemm with transB), or, when `tied_head` is set and
+  // the build quantizes to 4 bits, the same block-quantized initializers for the head's
+  // MatMulNBits and the lookup's GatherBlockQuantized.
   Value tied_logits(Graph& g, Value x) const;
+  // Set by a model whose head reads this table (before the graph is built).
+  bool tied_head = false;
   int64_t vocab, dim;
+
+ private:
+  bool shares_quantized_table(const BuildContext& ctx) const;
 };
 
 // A norm over the last axis, as the decoder parts hold it: RMSNorm, Gemma's (1 + w) RMSNorm or
