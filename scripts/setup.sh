@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build cmake pkg-config g++ libonnx-dev libprotobuf-dev protobuf-compiler
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev libssl-dev
-  python3 python3-venv)
+  python3 python3-venv chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -25,7 +25,9 @@ fi
 
 # The tests' JavaScript packages, pinned in package.json and package-lock.json: ONNX Runtime
 # (its CPU library ships inside the npm package), transformers.js and real tokenizers for the
-# runtime tests. Install scripts are not run (onnxruntime-node's would try a download).
+# runtime tests, and puppeteer-core, which drives the chromium package for the browser test (it
+# downloads no browser of its own). Install scripts are not run (onnxruntime-node's would try a
+# download).
 if ! node -e '
   const deps = require("./package.json").dependencies;
   for (const [name, version] of Object.entries(deps)) {

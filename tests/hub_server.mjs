@@ -19,6 +19,13 @@
 //     ETag (the git blob sha1), Content-Length, the bytes (Range honoured);
 //     X-Error-Code RepoNotFound (401), GatedRepo (401 without a token, 403 with a wrong one),
 //     RevisionNotFound (404), EntryNotFound (404); a renamed repo answers a relative 307.
+//   GET /api/models/{repo}[/revision/{rev}]: the model info (id, sha, private, gated, siblings;
+//     their sizes and LFS digests with ?blobs=true), as HfApi.model_info reads it.
+//   GET /api/models/{repo}/tree/{rev}[/{path}][?recursive=true]: the files (oid: the git blob sha1,
+//     of the LFS pointer for the LFS-like files, which carry "lfs": {oid, size, pointerSize}) and
+//     folders under path, as HfApi.list_repo_tree reads it (one page, no Link header). The API
+//     answers RepoNotFound, RevisionNotFound and EntryNotFound like resolve; a gated repository's
+//     info and tree are open, as on the Hub; a renamed one answers a relative 307.
 //   GET /_control/faults?set=JSON   replaces the faults; GET /_control/log the request log;
 //   GET /_control/stats             {"maxCdnInFlight": N}; GET /_control/reset clears all.
 // The CDN (127.0.0.2, or 127.0.0.1 on another port): GET/HEAD /blobs/{sha256}, Range honoured.
@@ -55,7 +62,14 @@ for (const [id, r] of Object.entries(config.repos || {})) {
   for (const [name, buf] of files) {
     const sha1 = createHash("sha1").update(`blob ${buf.length}\0`).update(buf).digest("hex");
     const sha256 = createHash("sha256").update(buf).digest("hex");
-    entries.set(name, { buf, sha1, sha256 });
+    const entry = { buf, sha1, sha256 };
+    if (lfs(name)) {
+      // The git blob of an LFS file is its pointer.
+      const pointer = `version https://git-lfs.github.com/spec/v1\noid sha256:${sha256}\nsize ${buf.length}\n`;
+      entry.pointerSize = pointer.length;
+      entry.pointerSha1 = createHash("sha1").update(`blob ${pointer.length}\0`).update(pointer).digest("hex");
+    }
+    entries.set(name, entry);
     h.update(name).update(sha1);
     if (lfs(name)) blobs.set(sha256, { buf, file: name, repo: id });
   }
@@ -183,6 +197,7 @@ async function hub(req, res) {
     return res.end(JSON.stringify(body));
   }
   const entry = record("hub", req, {});
+  if (url.pathname.startsWith("/api/")) return api(req, res, url, entry);
   const parts = url.pathname.split("/").slice(1);
   // /{org}/{name}/resolve/{rev}/{path...}
   if (parts.length < 5 || parts[2] !== "resolve") return errorReply(res, 404, "NotFound", "no such endpoint");
@@ -201,19 +216,8 @@ async function hub(req, res) {
     res.writeHead(307, { Location: `/${config.renamed[repoId]}/resolve/${parts.slice(3).join("/")}` });
     return res.end();
   }
-  const repo = repos.get(repoId);
-  if (!repo || (repo.private && !authOk(req))) {
-    entry.status = 401;
-    return errorReply(res, 401, "RepoNotFound", "Repository not found");
-  }
-  if (repo.gated && !authOk(req)) {
-    entry.status = req.headers.authorization ? 403 : 401;
-    return errorReply(res, entry.status, "GatedRepo", "Access to model is restricted");
-  }
-  if (!(rev === "main" || rev === repo.commit || repo.tags.includes(rev))) {
-    entry.status = 404;
-    return errorReply(res, 404, "RevisionNotFound", `Invalid rev id: ${rev}`);
-  }
+  const repo = openRepo(req, res, entry, repoId, rev, /*gated=*/true);
+  if (!repo) return;
   const f = repo.files.get(file);
   if (f && repo.hostile) {
     const ctx = { server: "hub", req, res, repo, repoId, file, entry: f, lfsEntry: repo.files.get("model.safetensors"),
@@ -240,6 +244,128 @@ async function hub(req, res) {
   }
   const etag = file.endsWith(".json") ? `W/"${f.sha1}"` : `"${f.sha1}"`;
   await serveBytes(req, res, f.buf, { "X-Repo-Commit": repo.commit, ETag: etag }, "hub", file, entry);
+}
+
+// The repository an API or resolve request names, or null after answering the error the Hub
+// gives (a private repository without the token is not found; a gated one without it is only
+// refused where `gated` is set: its files, not its info).
+function openRepo(req, res, entry, repoId, rev, gated) {
+  const repo = repos.get(repoId);
+  if (!repo || (repo.private && !authOk(req))) {
+    entry.status = 401;
+    errorReply(res, 401, "RepoNotFound", "Repository not found");
+    return null;
+  }
+  if (gated && repo.gated && !authOk(req)) {
+    entry.status = req.headers.authorization ? 403 : 401;
+    errorReply(res, entry.status, "GatedRepo", "Access to model is restricted");
+    return null;
+  }
+  if (!(rev === "main" || rev === repo.commit || repo.tags.includes(rev))) {
+    entry.status = 404;
+    errorReply(res, 404, "RevisionNotFound", `Invalid rev id: ${rev}`);
+    return null;
+  }
+  return repo;
+}
+
+function replyJson(req, res, entry, body) {
+  const text = JSON.stringify(body);
+  entry.status = 200;
+  res.writeHead(200, { "Content-Type": "application/json; charset=utf-8", "Content-Length": String(Buffer.byteLength(text)) });
+  res.end(req.method === "HEAD" ? undefined : text);
+}
+
+// A tree entry as /api/models/{repo}/tree lists it.
+function treeFile(name, f) {
+  const e = { type: "file", oid: f.pointerSha1 || f.sha1, size: f.buf.length, path: name };
+  if (f.pointerSha1) e.lfs = { oid: f.sha256, size: f.buf.length, pointerSize: f.pointerSize };
+  return e;
+}
+
+// The folders of a repository, each with its git tree id standing in as a digest of its files.
+function folders(repo) {
+  const out = new Map();
+  for (const [name, f] of repo.files) {
+    const segs = name.split("/");
+    for (let i = 1; i < segs.length; i++) {
+      const dir = segs.slice(0, i).join("/");
+      if (!out.has(dir)) out.set(dir, createHash("sha1"));
+      out.get(dir).update(name).update(f.sha1);
+    }
+  }
+  return new Map([...out].map(([d, h]) => [d, h.digest("hex")]));
+}
+
+// GET /api/models/{org}/{name}[/revision/{rev} | /tree/{rev}[/{path}]]
+async function api(req, res, url, entry) {
+  const parts = url.pathname.split("/").slice(1);
+  if (parts.length < 4 || parts[1] !== "models" || !(req.method === "GET" || req.method === "HEAD"))
+    return errorReply(res, 404, "NotFound", "no such endpoint");
+  const repoId = `${parts[2]}/${parts[3]}`;
+  const rest = parts.slice(4);
+  const status = takeFault("status", "hub", req.method, undefined);
+  if (status) {
+    entry.status = status.status;
+    const h = status.retryAfter !== undefined ? { "Retry-After": String(status.retryAfter) } : {};
+    return errorReply(res, status.status, "", "injected", h);
+  }
+  if (config.renamed && config.renamed[repoId]) {
+    entry.status = 307;
+    res.writeHead(307, { Location: `/api/models/${config.renamed[repoId]}${rest.length ? "/" + rest.join("/") : ""}${url.search}` });
+    return res.end();
+  }
+  let kind = "info";
+  let rev = "main";
+  if (rest.length === 2 && rest[0] === "revision") rev = decodeURIComponent(rest[1]);
+  else if (rest.length >= 2 && rest[0] === "tree") {
+    kind = "tree";
+    rev = decodeURIComponent(rest[1]);
+  } else if (rest.length !== 0) return errorReply(res, 404, "NotFound", "no such endpoint");
+  const repo = openRepo(req, res, entry, repoId, rev, /*gated=*/false);
+  if (!repo) return;
+  if (kind === "info") {
+    const blobsToo = ["true", "True", "1"].includes(url.searchParams.get("blobs") || "");
+    const siblings = [...repo.files].map(([name, f]) => {
+      const s = { rfilename: name };
+      if (blobsToo) {
+        s.size = f.buf.length;
+        s.blobId = f.pointerSha1 || f.sha1;
+        if (f.pointerSha1) s.lfs = { sha256: f.sha256, size: f.buf.length, pointerSize: f.pointerSize };
+      }
+      return s;
+    });
+    return replyJson(req, res, entry, {
+      _id: repo.commit.slice(0, 24),
+      id: repoId,
+      modelId: repoId,
+      author: parts[2],
+      sha: repo.commit,
+      lastModified: "2024-01-01T00:00:00.000Z",
+      createdAt: "2024-01-01T00:00:00.000Z",
+      private: repo.private,
+      gated: repo.gated ? "auto" : false,
+      disabled: false,
+      downloads: 0,
+      likes: 0,
+      tags: [],
+      siblings,
+    });
+  }
+  // The tree under path: its direct entries, or every entry below it with recursive=true.
+  const under = rest.slice(2).map(decodeURIComponent).join("/");
+  const recursive = ["true", "True", "1"].includes(url.searchParams.get("recursive") || "");
+  const dirs = folders(repo);
+  if (under && !dirs.has(under)) {
+    entry.status = 404;
+    return errorReply(res, 404, "EntryNotFound", `${under} does not exist on "${rev}"`);
+  }
+  const prefix = under ? `${under}/` : "";
+  const take = (p) => p.startsWith(prefix) && (recursive || !p.slice(prefix.length).includes("/"));
+  const list = [];
+  for (const [d, oid] of dirs) if (take(d)) list.push({ type: "directory", oid, size: 0, path: d });
+  for (const [name, f] of repo.files) if (take(name)) list.push(treeFile(name, f));
+  return replyJson(req, res, entry, list);
 }
 
 async function cdn(req, res) {
