@@ -4,8 +4,11 @@
 # GenAI's own generator (tests/runtime/genai_greedy.py). A model type GenAI has no runner for must
 # be laid out for ONNX Runtime instead, with a warning saying why; it is listed, not run.
 #
-#   MOBIUS_CLI=build/mobius [MOBIUS_SOURCE_ROOT=.] [MOBIUS_GENAI_PYTHON=...] bash tests/runtime/run_genai_greedy.sh [CASE...]
+#   MOBIUS_CLI=build/mobius [MOBIUS_SOURCE_ROOT=.] [MOBIUS_GENAI_PYTHON=...] bash tests/runtime/run_genai_greedy.sh [--dtype DT --agreement FLOOR [--overall FLOOR]] [CASE...]
 #
+# --dtype builds with that weight dtype; --agreement FLOOR judges each folder by its top-1
+# agreement along the reference's tokens (genai_greedy.py) instead of its exact tokens, and
+# --overall FLOOR all cases' positions together.
 # MOBIUS_GENAI_PYTHON: a python with onnxruntime_genai (default build/venv/bin/python, which
 # scripts/setup.sh makes). Exit 0 every case passed, 1 a case failed, 77 (skipped) without it.
 set -u
@@ -16,6 +19,15 @@ py=${MOBIUS_GENAI_PYTHON:-$root/build/venv/bin/python}
 "$py" -c 'import onnxruntime_genai' 2>/dev/null || { echo "run_genai_greedy: no onnxruntime_genai in $py; skipped"; exit 77; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/mobius-genai-greedy-XXXXXX")
 trap 'rm -rf "$work"' EXIT
+build_args=()
+check_args=()
+while [[ "${1:-}" == --* ]]; do
+  case $1 in
+    --dtype) build_args+=(--dtype "$2"); shift 2 ;;
+    --agreement|--overall) check_args+=("$1" "$2"); shift 2 ;;
+    *) echo "run_genai_greedy: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 export MOBIUS_PLUGIN_CACHE=${MOBIUS_PLUGIN_CACHE:-$work/plugin-scan.json}
 
 # shellcheck source=greedy_cases.sh
@@ -24,7 +36,7 @@ pairs=()
 status=0
 while IFS= read -r c; do
   dir=$root/tests/golden/$c
-  if ! "$cli" build -m "$dir" "$work/$c" </dev/null >"$work/$c.log" 2>&1; then
+  if ! "$cli" build "${build_args[@]}" -m "$dir" "$work/$c" </dev/null >"$work/$c.log" 2>&1; then
     echo "FAIL $c: mobius build failed: $(tail -n 2 "$work/$c.log" | tr '\n' ' ')"
     status=1
   elif [ -f "$work/$c/genai_config.json" ]; then
@@ -37,5 +49,5 @@ while IFS= read -r c; do
   fi
 done < <(greedy_cases "$root" "$@")
 [ ${#pairs[@]} -gt 0 ] || { echo "run_genai_greedy: no case to run"; exit "$status"; }
-"$py" "$root/tests/runtime/genai_greedy.py" "${pairs[@]}" || status=1
+"$py" "$root/tests/runtime/genai_greedy.py" "${check_args[@]}" "${pairs[@]}" || status=1
 exit "$status"
