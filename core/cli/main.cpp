@@ -390,8 +390,10 @@ int main(int argc, char** argv) {
                     "                  files but ONNX Runtime holds more memory than for f32;\n"
                     "                  bf16 is cast to float32 where it is used)\n"
                     "  int4, int8      MatMul weights block-quantized (RTN, MatMulNBits; needs\n"
-                    "                  --ops ort); embeddings and norms stay float. int4 is the\n"
-                    "                  fastest and smallest choice on the CPU")
+                    "                  --ops ort); norms and untied embeddings stay float, an\n"
+                    "                  int4 table tied to lm_head is quantized once for both\n"
+                    "                  (GatherBlockQuantized). int4 is the fastest and smallest\n"
+                    "                  choice on the CPU")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "int4", "int8"}))
       ->capture_default_str();
   build->add_option("--ep", opts.ep,
