@@ -204,8 +204,19 @@ void Graph::pop_scope() {
 }
 
 std::string Graph::fresh_name(const std::string& hint) {
+  // Scopes joined by '/', except that a module's path replaces its parent's ("model.layers.0"
+  // then "model.layers.0.self_attn" names "model.layers.0.self_attn/..."): short names keep
+  // model.onnx small.
   std::string base = prefix_;
-  for (const auto& s : scopes_) base += s + "/";
+  size_t last_start = base.size();
+  const std::string* last = nullptr;
+  for (const auto& s : scopes_) {
+    if (last && s.size() > last->size() && s.compare(0, last->size(), *last) == 0 && s[last->size()] == '.')
+      base.resize(last_start);
+    last_start = base.size();
+    base += s + "/";
+    last = &s;
+  }
   base += hint;
   int& n = name_counts_[base];
   std::string name = n == 0 ? base : base + "_" + std::to_string(n);
