@@ -205,17 +205,8 @@ async function hub(req, res) {
   const rev = decodeURIComponent(parts[3]);
   const file = parts.slice(4).map(decodeURIComponent).join("/");
   entry.file = file;
-  const status = takeFault("status", "hub", req.method, file);
-  if (status) {
-    entry.status = status.status;
-    const h = status.retryAfter !== undefined ? { "Retry-After": String(status.retryAfter) } : {};
-    return errorReply(res, status.status, "", "injected", h);
-  }
-  if (config.renamed && config.renamed[repoId]) {
-    entry.status = 307;
-    res.writeHead(307, { Location: `/${config.renamed[repoId]}/resolve/${parts.slice(3).join("/")}` });
-    return res.end();
-  }
+  if (injectedOrRenamed(req, res, entry, repoId, file,
+                        (to) => `/${to}/resolve/${parts.slice(3).join("/")}`)) return;
   const repo = openRepo(req, res, entry, repoId, rev, /*gated=*/true);
   if (!repo) return;
   const f = repo.files.get(file);
@@ -297,6 +288,25 @@ function folders(repo) {
   return new Map([...out].map(([d, h]) => [d, h.digest("hex")]));
 }
 
+// An injected status fault for this request, or a renamed repository's 307 to location(newId):
+// answered here (true), or nothing to do (false).
+function injectedOrRenamed(req, res, entry, repoId, file, location) {
+  const status = takeFault("status", "hub", req.method, file);
+  if (status) {
+    entry.status = status.status;
+    const h = status.retryAfter !== undefined ? { "Retry-After": String(status.retryAfter) } : {};
+    errorReply(res, status.status, "", "injected", h);
+    return true;
+  }
+  if (config.renamed && config.renamed[repoId]) {
+    entry.status = 307;
+    res.writeHead(307, { Location: location(config.renamed[repoId]) });
+    res.end();
+    return true;
+  }
+  return false;
+}
+
 // GET /api/models/{org}/{name}[/revision/{rev} | /tree/{rev}[/{path}]]
 async function api(req, res, url, entry) {
   const parts = url.pathname.split("/").slice(1);
@@ -304,17 +314,8 @@ async function api(req, res, url, entry) {
     return errorReply(res, 404, "NotFound", "no such endpoint");
   const repoId = `${parts[2]}/${parts[3]}`;
   const rest = parts.slice(4);
-  const status = takeFault("status", "hub", req.method, undefined);
-  if (status) {
-    entry.status = status.status;
-    const h = status.retryAfter !== undefined ? { "Retry-After": String(status.retryAfter) } : {};
-    return errorReply(res, status.status, "", "injected", h);
-  }
-  if (config.renamed && config.renamed[repoId]) {
-    entry.status = 307;
-    res.writeHead(307, { Location: `/api/models/${config.renamed[repoId]}${rest.length ? "/" + rest.join("/") : ""}${url.search}` });
-    return res.end();
-  }
+  if (injectedOrRenamed(req, res, entry, repoId, undefined,
+                        (to) => `/api/models/${to}${rest.length ? "/" + rest.join("/") : ""}${url.search}`)) return;
   let kind = "info";
   let rev = "main";
   if (rest.length === 2 && rest[0] === "revision") rev = decodeURIComponent(rest[1]);

@@ -245,15 +245,21 @@ static std::vector<std::string> readers(const onnx::ModelProto& m, const std::st
   return out;
 }
 
+// The model file of a build of `c` into `out` with `args`: OUT/model.onnx, or transformers.js's
+// onnx/model.onnx (onnx/model_q4.onnx at 4 bits).
+static fs::path built_model(const std::string& c, const fs::path& out, const std::string& args) {
+  RunResult r = build_cli(golden(c), out, args);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const fs::path dir = fs::exists(out / "model.onnx") ? out : out / "onnx";
+  return fs::exists(dir / "model.onnx") ? dir / "model.onnx" : dir / "model_q4.onnx";
+}
+
 TEST_CASE("llama: a tied lm_head reads the embedding table itself, once on disk and in memory") {
   for (const char* args : {"", "--ops standard", "--dtype f16", "--runtime transformers.js"}) {
     CAPTURE(args);
     TempDir t;
-    RunResult r = build_cli(golden("llama3-rope-tied"), t / "out", args);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    const fs::path dir = fs::exists(t / "out" / "model.onnx") ? t / "out" : t / "out" / "onnx";
-    onnx::ModelProto m = load_model(dir / "model.onnx");
+    onnx::ModelProto m = load_model(built_model("llama3-rope-tied", t / "out", args));
     std::map<std::string, std::vector<int64_t>> inits;
     for (const auto& i : m.graph().initializer())
       inits[i.name()] = std::vector<int64_t>(i.dims().begin(), i.dims().end());
@@ -273,12 +279,7 @@ TEST_CASE("llama: a tied lm_head reads the embedding table itself, once on disk 
   for (const char* args : {"--dtype int4", "--dtype int4 --asymmetric", "--dtype int4 --runtime transformers.js"}) {
     CAPTURE(args);
     TempDir t;
-    RunResult r = build_cli(golden("llama3-rope-tied"), t / "out", args);
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-    // transformers.js names a 4-bit model by its dtype (onnx/model_q4.onnx).
-    const fs::path dir = fs::exists(t / "out" / "model.onnx") ? t / "out" : t / "out" / "onnx";
-    const fs::path file = fs::exists(dir / "model.onnx") ? dir / "model.onnx" : dir / "model_q4.onnx";
+    const fs::path file = built_model("llama3-rope-tied", t / "out", args);
     onnx::ModelProto m = load_model(file);
     std::set<std::string> inits;
     for (const auto& i : m.graph().initializer()) inits.insert(i.name());
@@ -299,7 +300,7 @@ TEST_CASE("llama: a tied lm_head reads the embedding table itself, once on disk 
       CHECK(readers(m, "model.embed_tokens.weight_zero_points") ==
             std::vector<std::string>{"GatherBlockQuantized:3", "MatMulNBits:3"});
     if (file.filename() != "model.onnx") continue;  // transformers.js runs it: the runtime tests
-    RunResult p = parity(dir, "llama3-rope-tied", "--top1 0.3");
+    RunResult p = parity(file.parent_path(), "llama3-rope-tied", "--top1 0.3");
     INFO(p.output);
     CHECK(p.status == 0);
   }
