@@ -1,6 +1,7 @@
-// decode.mjs - decode-speed measurements of one or more model folders (model.onnx + config.json)
-// with onnxruntime-node on the CPU, each measurement in a fresh child process so its peak RSS is
-// that model's alone.
+// decode.mjs - decode-speed measurements of one or more model folders (model.onnx, and config.json
+// or, where a converter writes none, as ONNX Runtime GenAI's model builder, genai_config.json) with
+// onnxruntime-node on the CPU, each measurement in a fresh child process so its peak RSS is that
+// model's alone.
 //
 // usage: node bench/decode.mjs [--reps N] [--steps N] [--prompt N] [--long N] [--out FILE]
 //                              [--dump DIR] MODEL_DIR...
@@ -12,6 +13,7 @@
 //   --dump DIR   writes DIR/<basename of MODEL_DIR>.{prefill,decode}.f32: the logits of the prompt
 //                and of the first 4 decode steps after it (bench/compare_logits.mjs compares them)
 //   --out FILE   also writes the results as JSON
+//   --threads N  ONNX Runtime's intra-op threads (default 2)
 //   --max-other F   a measurement during which other processes used more than F of the machine's
 //                CPU (default 0.05) is repeated, up to --retries N times (default 4), keeping the
 //                least contended; before each one, waits up to --quiet-wait S seconds (default 600)
@@ -36,7 +38,7 @@
 // preallocated buffers (two per past input, alternating) so the timing is the graph's, not a copy
 // of the KV cache into JavaScript memory. Batch 1, no padding.
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
@@ -47,14 +49,14 @@ const self = fileURLToPath(import.meta.url);
 function parseArgs(argv) {
   const o = {
     reps: 1, steps: 16, prompt: 128, long: 1024, out: '', dump: '', child: false, models: [],
-    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false, paired: false, creations: 6,
+    maxOther: 0.05, retries: 4, quietWait: 600, waitQuiet: false, paired: false, creations: 6, threads: 2,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--child') o.child = true;
     else if (a === '--wait-quiet') o.waitQuiet = true;
     else if (a === '--paired') o.paired = true;
-    else if (['--reps', '--steps', '--prompt', '--long', '--retries', '--creations'].includes(a)) o[a.slice(2)] = Number(argv[++i]);
+    else if (['--reps', '--steps', '--prompt', '--long', '--retries', '--creations', '--threads'].includes(a)) o[a.slice(2)] = Number(argv[++i]);
     else if (a === '--max-other') o.maxOther = Number(argv[++i]);
     else if (a === '--quiet-wait') o.quietWait = Number(argv[++i]);
     else if (a === '--out' || a === '--dump') o[a.slice(2)] = argv[++i];
@@ -100,9 +102,21 @@ const median = (xs) => {
 // ---------------------------------------------------------------------------------------------
 // A model's session and how to feed it.
 
+// The shape the feeds need, from the folder's config.json, or from ONNX Runtime GenAI's
+// genai_config.json where a converter writes no config.json (GenAI's model builder).
+function readConfig(dir) {
+  if (existsSync(join(dir, 'config.json'))) return JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+  const m = JSON.parse(readFileSync(join(dir, 'genai_config.json'), 'utf8')).model;
+  return {
+    head_dim: m.decoder.head_size, num_attention_heads: m.decoder.num_attention_heads,
+    num_key_value_heads: m.decoder.num_key_value_heads, hidden_size: m.decoder.hidden_size,
+    vocab_size: m.vocab_size, max_position_embeddings: m.context_length,
+  };
+}
+
 async function openModel(ort, dirArg, opts) {
   const dir = resolve(dirArg);
-  const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+  const cfg = readConfig(dir);
   const headDim = cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads;
   const kvHeads = cfg.num_key_value_heads ?? cfg.num_attention_heads;
   const vocab = cfg.vocab_size;
@@ -111,7 +125,7 @@ async function openModel(ort, dirArg, opts) {
     throw new Error(`${dir}: max_position_embeddings ${maxPos} is shorter than the longest context ` +
       `(${Math.max(opts.prompt, opts.long)} + ${opts.steps + 2} decode steps)`);
 
-  const sessionOptions = { intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all' };
+  const sessionOptions = { intraOpNumThreads: opts.threads, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all' };
   // Two sessions in one process (--paired): a pool's threads spinning after a run would take the
   // cores from the other session's run.
   if (opts.paired) sessionOptions.extra = { session: { intra_op: { allow_spinning: '0' } } };
@@ -355,7 +369,8 @@ async function paired(opts) {
 // The parent: one fresh child per measurement.
 
 function runChild(model, opts) {
-  const args = [self, '--child', '--steps', String(opts.steps), '--prompt', String(opts.prompt), '--long', String(opts.long)];
+  const args = [self, '--child', '--steps', String(opts.steps), '--prompt', String(opts.prompt), '--long', String(opts.long),
+    '--threads', String(opts.threads)];
   if (opts.dump) args.push('--dump', opts.dump);
   if (opts.paired) args.push('--paired', '--creations', String(opts.creations));
   args.push(...[model].flat());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# decode.sh - the decode benchmark: mobius's graph against a graph shaped like ONNX Runtime GenAI's
-# model builder output (bench/builder_graph) for the same weights, f32 and int4, on ONNX Runtime's
-# CPU execution provider (onnxruntime-node, 2 intra-op threads), with the memory-bandwidth floor.
+# decode.sh - the decode benchmark: mobius's graph against ONNX Runtime GenAI's model builder's
+# (python -m onnxruntime_genai.models.builder -p fp32 / int4 -e cpu, from the venv bench/peers.sh
+# uses) for the same weights, f32 and int4, on ONNX Runtime's CPU execution provider
+# (onnxruntime-node, 2 intra-op threads), with the memory-bandwidth floor.
 # Each model is measured alone (a fresh process: its RSS, creation and step times), then each
 # mobius graph with the builder's of its dtype in one process, creations alternating and decode
 # steps interleaved: the ratios that process-to-process drift on a shared machine cannot move
@@ -9,8 +10,11 @@
 #
 # usage: bench/decode.sh
 #   MOBIUS     the mobius CLI (default build/mobius)
-#   BENCH_BIN  folder of make_checkpoint, builder_graph and floor (default build/bench)
+#   BENCH_BIN  folder of make_checkpoint and floor (default build/bench)
 #   BENCH_DIR  work folder (default build/bench-decode; needs ~3 GiB)
+#   PEERS_VENV a venv with onnxruntime-genai and its builder's packages, used as it is (default
+#              build/peers-venv, made from bench/peers-requirements.txt when missing: see
+#              bench/peers.sh; PEERS_PYTHON creates it)
 #   REPS       measurements per model, alternating order, the best kept (default 2)
 #   STEPS      timed decode steps per context length, the median reported (default 16)
 #   PAIRED_STEPS  interleaved decode steps per context length in the paired runs (default 64)
@@ -18,8 +22,9 @@
 #              repeated (default 0.05; each measurement also waits for a quiet machine first)
 # The checkpoint, made once: llama, hidden 1024, intermediate 2816, 16 heads / 8 kv heads,
 # 12 layers, vocab 32000, max_position_embeddings 2048, f32, weights N(0, 0.02) (about 207 M
-# parameters). Every graph is rebuilt on each run. A mobius int4 build that fails (no int4 in the
-# CLI yet) reads n/a, with the reason under the table.
+# parameters), with a word-level tokenizer of its vocabulary (the builder loads one:
+# bench/make_tokenizer.py). Every graph is rebuilt on each run. A mobius int4 build that fails
+# reads n/a, with the reason under the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mobius=${MOBIUS:-build/mobius}
@@ -29,10 +34,15 @@ reps=${REPS:-2}
 steps=${STEPS:-16}
 paired_steps=${PAIRED_STEPS:-64}
 max_other=${MAX_OTHER:-0.05}
-for x in "$mobius" "$bin/make_checkpoint" "$bin/builder_graph" "$bin/floor"; do
+for x in "$mobius" "$bin/make_checkpoint" "$bin/floor"; do
   [ -x "$x" ] || { echo "decode.sh: $x missing: build first (meson setup build && ninja -C build)" >&2; exit 2; }
 done
 [ -d node_modules/onnxruntime-node ] || { echo "decode.sh: npm install first (onnxruntime-node)" >&2; exit 2; }
+. bench/peers-venv.sh
+peers_venv venv build/peers-venv bench/peers-requirements.txt "${PEERS_VENV:-}"
+py=$venv/bin/python
+"$py" -c "import onnxruntime_genai, onnx_ir, torch, transformers" ||
+  { echo "decode.sh: $venv lacks onnxruntime-genai or its builder's packages" >&2; exit 2; }
 mkdir -p "$work"
 
 ckpt=$work/ckpt-llama-207m
@@ -41,6 +51,7 @@ if [ ! -f "$ckpt/config.json" ]; then
   "$bin/make_checkpoint" "$ckpt" 0 f32 --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 8 \
     --layers 12 --vocab 32000 --max-pos 2048 --init normal --std 0.02 >&2
 fi
+[ -f "$ckpt/tokenizer.json" ] || "$py" bench/make_tokenizer.py "$ckpt" >&2
 
 rm -rf "$work/logits" "$work"/*.error "$work/results.json" "$work/paired.json" "$work/floor.json"
 models=()
@@ -60,7 +71,10 @@ for dt in f32 int4; do
   out=$work/builder-$dt
   rm -rf "$out"
   echo "building $out" >&2
-  "$bin/builder_graph" "$ckpt" "$out" --precision "$([ $dt = f32 ] && echo fp32 || echo int4)" >&2
+  HF_HUB_OFFLINE=1 "$py" -m onnxruntime_genai.models.builder -i "$ckpt" -o "$out" \
+    -p "$([ $dt = f32 ] && echo fp32 || echo int4)" -e cpu -c "$work/builder-cache" > "$work/builder-$dt.log" 2>&1 ||
+    { cat "$work/builder-$dt.log" >&2; exit 1; }
+  rm -rf "$work/builder-cache" "$work/builder-$dt.log"
   models+=("$out")
 done
 

@@ -28,7 +28,7 @@ for (const n of names) {
   cols[n] = { ...byName[n], stats: s, per_token_bytes: perToken, floor_ms: floorMs(perToken) };
 }
 
-const vocab = JSON.parse(readFileSync(join(work, 'builder-f32', 'config.json'), 'utf8')).vocab_size;
+const vocab = JSON.parse(readFileSync(join(work, 'ckpt-llama-207m', 'config.json'), 'utf8')).vocab_size;
 const fmt = (v, d) => (v === undefined || v === null || Number.isNaN(v) ? 'n/a' : v.toFixed(d));
 const ratio = (a, b) => (a === undefined || b === undefined || !b ? 'n/a' : (a / b).toFixed(2));
 const rows = [

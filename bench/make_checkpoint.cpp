@@ -11,6 +11,9 @@
 //                     embedding weights N(0, std), RMSNorm weights 1 + N(0, std) (default uniform)
 //   --std S           standard deviation for --init normal (default 0.02)
 //   --tie             tie_word_embeddings: true, no lm_head.weight
+//   --model-type T    llama (default) or qwen3: Qwen3's RMSNorm of each head's queries and keys
+//                     (self_attn.{q,k}_norm.weight, head_dim wide), rms_norm_eps 1e-6 and
+//                     rope_theta 1000000 as Qwen3 ships them
 //   --experts N       a Mixtral-shaped sparse MoE: N experts of width --intermediate per layer
 //                     (block_sparse_moe.experts.E.{w1,w2,w3}.weight and the router
 //                     block_sparse_moe.gate.weight) instead of the dense MLP; model_type mixtral
@@ -92,11 +95,13 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: make_checkpoint OUT_DIR SIZE_MIB [f32|bf16] [--hidden N] [--intermediate N] [--heads N]\n"
       "         [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N] [--layers N]\n"
-      "         [--init uniform|normal] [--std S] [--tie] [--experts N] [--top-k K] [--fp8 B]\n";
+      "         [--init uniform|normal] [--std S] [--tie] [--model-type llama|qwen3]\n"
+      "         [--experts N] [--top-k K] [--fp8 B]\n";
   std::vector<std::string> pos;
   int64_t hidden = 2048, inter = 5632, heads = 16, kv = 4, hd = 0, vocab = 32000, max_pos = 4096, fixed_layers = 0;
   int64_t experts = 0, top_k = 2, fp8 = 0;
   std::string init = "uniform";
+  std::string model_type = "llama";
   float std_ = 0.02f;
   bool tie = false;
   for (int i = 1; i < argc; ++i) {
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
     else if (a == "--top-k") top_k = n;
     else if (a == "--fp8") fp8 = n;
     else if (a == "--init") init = v;
+    else if (a == "--model-type") model_type = v;
     else if (a == "--std") std_ = static_cast<float>(std::atof(v.c_str()));
     else {
       std::cerr << "make_checkpoint: unknown option " << a << "\n" << usage;
@@ -147,16 +153,19 @@ int main(int argc, char** argv) {
   if (hd == 0) hd = heads > 0 ? hidden / heads : 0;
   if (hidden <= 0 || inter <= 0 || heads <= 0 || kv <= 0 || hd <= 0 || vocab <= 0 || max_pos <= 0 ||
       heads % kv != 0 || (init != "uniform" && init != "normal") || !(std_ > 0) || experts < 0 ||
-      (experts > 0 && (top_k <= 0 || top_k > experts)) || fp8 < 0) {
-    std::cerr << "make_checkpoint: bad shape options (heads must be a multiple of kv-heads)\n";
+      (experts > 0 && (top_k <= 0 || top_k > experts)) || fp8 < 0 ||
+      (model_type != "llama" && model_type != "qwen3") || (model_type == "qwen3" && experts > 0)) {
+    std::cerr << "make_checkpoint: bad shape options (heads must be a multiple of kv-heads; "
+                 "--model-type llama or qwen3, qwen3 without --experts)\n";
     return 2;
   }
   const bool bf16 = dtype == "bf16";
   const bool normal = init == "normal";
+  const bool qwen3 = model_type == "qwen3";
   const uint64_t es = bf16 ? 2 : 4;
   const uint64_t fixed = ((tie ? 1 : 2) * vocab * hidden + hidden) * es;
   const uint64_t mlp = experts > 0 ? experts * 3 * hidden * inter + experts * hidden : 3 * hidden * inter;
-  const uint64_t per_layer = (2 * hidden * heads * hd + 2 * hidden * kv * hd + mlp + 2 * hidden) * es;
+  const uint64_t per_layer = (2 * hidden * heads * hd + 2 * hidden * kv * hd + mlp + 2 * hidden + (qwen3 ? 2 * hd : 0)) * es;
   const auto target = static_cast<uint64_t>(size_mib * 1024 * 1024);
   int64_t layers = target > fixed ? static_cast<int64_t>((target - fixed + per_layer / 2) / per_layer) : 1;
   layers = std::max<int64_t>(layers, 1);
@@ -170,6 +179,10 @@ int main(int argc, char** argv) {
     ts.push_back({p + "self_attn.k_proj.weight", {kv * hd, hidden}});
     ts.push_back({p + "self_attn.v_proj.weight", {kv * hd, hidden}});
     ts.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
+    if (qwen3) {
+      ts.push_back({p + "self_attn.q_norm.weight", {hd}});
+      ts.push_back({p + "self_attn.k_norm.weight", {hd}});
+    }
     ts.push_back({p + "post_attention_layernorm.weight", {hidden}});
     if (experts > 0) {
       ts.push_back({p + "block_sparse_moe.gate.weight", {experts, hidden}});
@@ -269,12 +282,15 @@ int main(int argc, char** argv) {
   std::ofstream(out / "config.json")
       << (experts > 0 ? "{\"model_type\":\"mixtral\",\"architectures\":[\"MixtralForCausalLM\"],\"num_local_experts\":" +
                             std::to_string(experts) + ",\"num_experts_per_tok\":" + std::to_string(top_k) + ","
-                      : std::string("{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],"))
+          : qwen3 ? std::string("{\"model_type\":\"qwen3\",\"architectures\":[\"Qwen3ForCausalLM\"],"
+                                "\"attention_bias\":false,\"hidden_act\":\"silu\",")
+                  : std::string("{\"model_type\":\"llama\",\"architectures\":[\"LlamaForCausalLM\"],"))
       << "\"vocab_size\":" << vocab
       << ",\"hidden_size\":" << hidden << ",\"intermediate_size\":" << inter
       << ",\"num_hidden_layers\":" << layers << ",\"num_attention_heads\":" << heads
       << ",\"num_key_value_heads\":" << kv << ",\"head_dim\":" << hd
-      << ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"max_position_embeddings\":" << max_pos
+      << (qwen3 ? ",\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0" : ",\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0")
+      << ",\"max_position_embeddings\":" << max_pos
       << ",\"tie_word_embeddings\":" << (tie ? "true" : "false") << ",\"torch_dtype\":\""
       << (bf16 ? "bfloat16" : "float32") << "\""
       << (fp8 > 0 ? ",\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\","
