@@ -72,6 +72,21 @@ def pair_name(a, b):
     return f"{a}--{b}"
 
 
+def paired(base, kind, a, b, columns, ck, out, notes):
+    """The paired measurement of a against b in base/kind ("decode" or "genai"), or None after
+    a row of n/a in out; an error file's text goes to notes."""
+    path = os.path.join(base, kind, pair_name(a, b))
+    err = read_text(path + ".error")
+    res = read_json(path + ".json")
+    if err:
+        what = "decode" if kind == "decode" else "generator"
+        notes.append(f"{ck}: {what} {LABELS[a]} vs {LABELS[b]}: {err}")
+    if not res:
+        out.append(f"| {LABELS[a]} vs {LABELS[b]} |" + " n/a |" * columns)
+        return None
+    return res[0]
+
+
 def main() -> None:
     work, ckpts = sys.argv[1], sys.argv[2:]
     versions = read_json(os.path.join(work, "versions.json")) or {}
@@ -116,15 +131,9 @@ def main() -> None:
         out.append("|---|---|---|---|")
         others = []
         for a, b in PAIRS:
-            path = os.path.join(base, "decode", pair_name(a, b))
-            err = read_text(path + ".error")
-            res = read_json(path + ".json")
-            if err:
-                notes.append(f"{ck}: decode {LABELS[a]} vs {LABELS[b]}: {err}")
-            if not res:
-                out.append(f"| {LABELS[a]} vs {LABELS[b]} | n/a | n/a | n/a |")
+            p = paired(base, "decode", a, b, 3, ck, out, notes)
+            if p is None:
                 continue
-            p = res[0]
             others.append(p.get("other_cpu", 0))
             ctx = {c["past"]: c for c in p["contexts"]}
             c128, c1024 = ctx.get(128), ctx.get(1024)
@@ -146,15 +155,9 @@ def main() -> None:
         for a, b in PAIRS:
             if b not in ("builder-f32", "builder-int4", "mobius-onnx-f32"):
                 continue
-            path = os.path.join(base, "genai", pair_name(a, b))
-            err = read_text(path + ".error")
-            res = read_json(path + ".json")
-            if err:
-                notes.append(f"{ck}: generator {LABELS[a]} vs {LABELS[b]}: {err}")
-            if not res:
-                out.append(f"| {LABELS[a]} vs {LABELS[b]} | n/a | n/a | n/a | n/a |")
+            p = paired(base, "genai", a, b, 4, ck, out, notes)
+            if p is None:
                 continue
-            p = res[0]
             others.append(p.get("other_cpu", 0))
             ctx = {c["past"]: c for c in p["contexts"]}
             tps = lambda c: cell(1000 / c["a_ms"], 1000 / c["b_ms"], 1, 1 / c["ratio"]) if c else "n/a"
