@@ -72,6 +72,14 @@ def pair_name(a, b):
     return f"{a}--{b}"
 
 
+def contention(out, others):
+    """Ends a table; with measurements, the most CPU other processes took during a kept run."""
+    out.append("")
+    if others:
+        out.append(f"Other processes took up to {100 * max(others):.0f}% of the machine's CPU during a kept run.")
+        out.append("")
+
+
 def paired(base, kind, a, b, columns, ck, out, notes):
     """The paired measurement of a against b in base/kind ("decode" or "genai"), or None after
     a row of n/a in out; an error file's text goes to notes."""
@@ -140,10 +148,7 @@ def main() -> None:
             dec = lambda c: cell(c["a_ms"], c["b_ms"], 2, c["ratio"]) if c else "n/a"
             out.append(f"| {LABELS[a]} vs {LABELS[b]} | {cell(p['create_a_s'], p['create_b_s'], 2, p['create_ratio'])} "
                        f"| {dec(c128)} | {dec(c1024)} |")
-        out.append("")
-        if others:
-            out.append(f"Other processes took up to {100 * max(others):.0f}% of the machine's CPU during a kept run.")
-            out.append("")
+        contention(out, others)
 
         out.append("ONNX Runtime GenAI's generator (og.Generator, greedy, python), each pair in one process, "
                    "tokens generated in alternating blocks of 8; tokens/s from the median token time, the "
@@ -164,10 +169,7 @@ def main() -> None:
             agree = "; ".join(f"{c['agree']}/{c['tokens']}" for c in p["contexts"])
             out.append(f"| {LABELS[a]} vs {LABELS[b]} | {cell(p['a_load_s'], p['b_load_s'], 2)} "
                        f"| {tps(ctx.get(128))} | {tps(ctx.get(1024))} | {agree} |")
-        out.append("")
-        if others:
-            out.append(f"Other processes took up to {100 * max(others):.0f}% of the machine's CPU during a kept run.")
-            out.append("")
+        contention(out, others)
     if notes:
         out.append("Failures and notes:")
         out.append("")

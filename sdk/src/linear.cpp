@@ -53,8 +53,9 @@ Value Linear::forward(Graph& g, Value x) const {
   BuildContext& ctx = g.context();
   // The checkpoint stores [out, in]; the graph reads its own initializer in the layout its
   // operator consumes, made while the weights stream: [in, out] for MatMul, blocks for
-  // MatMulNBits. A tied weight (lm_head from the embedding table) gets its own copy in that
-  // layout, named after this module.
+  // MatMulNBits. A weight tied to another tensor name gets its own initializer in that layout,
+  // named after this module (a head tied to the embedding table reads the table itself instead:
+  // Embedding::tied_logits).
   const std::string name = full_name("weight");
   const std::vector<std::string> sources{source_tensor("weight")};
   // A weight declared with its own dtype (kept precise on purpose) is never quantized.
@@ -182,7 +183,7 @@ Value Embedding::forward(Graph& g, Value ids, DType act) const {
                                                 dim, vocab, act);
   const int64_t block = ctx.block_size(), blocks = (dim + block - 1) / block;
   const int64_t row_bytes = blocks * block * ctx.weight_bits() / 8;
-  const bool symmetric = q.size() == 2;
+  const bool symmetric = ctx.symmetric();
   std::vector<Value> in;
   if (symmetric) in = {q[0], ids, Reshape(q[1], {vocab, blocks, 1})};
   else in = {Reshape(q[0], {vocab, row_bytes}), ids, q[1], q[2]};

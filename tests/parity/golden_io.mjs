@@ -176,3 +176,12 @@ export function parseOptions(argv, options, required, usage, die) {
     if (a[t] !== undefined && !(a[t] >= 0)) die(`--${t} must be a non-negative number`);
   return a;
 }
+
+// The transformers.js Auto class that loads a model of an encoder case's task (case.json's
+// "task"), or undefined.
+export const TJS_AUTO_CLASS = {
+  'feature-extraction': 'AutoModel',
+  'sequence-classification': 'AutoModelForSequenceClassification',
+  'token-classification': 'AutoModelForTokenClassification',
+  'fill-mask': 'AutoModelForMaskedLM',
+};

@@ -12,7 +12,7 @@
 import fs from 'fs';
 import path from 'path';
 import { fileURLToPath } from 'url';
-import { halfToFloat, importTransformersJs, readSafetensors } from '../parity/golden_io.mjs';
+import { TJS_AUTO_CLASS, halfToFloat, importTransformersJs, readSafetensors } from '../parity/golden_io.mjs';
 
 const [out, caseDir, atolArg, rtolArg] = process.argv.slice(2);
 if (!out || !caseDir) {
@@ -37,12 +37,7 @@ tjs.env.allowLocalModels = true;
 tjs.env.localModelPath = path.dirname(path.resolve(out));
 const cfg = JSON.parse(fs.readFileSync(path.join(out, 'config.json'), 'utf8'));
 // The Auto class transformers.js loads a model of the case's task with.
-const autoClass = {
-  'feature-extraction': 'AutoModel',
-  'sequence-classification': 'AutoModelForSequenceClassification',
-  'token-classification': 'AutoModelForTokenClassification',
-  'fill-mask': 'AutoModelForMaskedLM',
-}[spec.task];
+const autoClass = TJS_AUTO_CLASS[spec.task];
 if (!autoClass) fail(`no transformers.js Auto class for task '${spec.task}'`);
 let model;
 try {

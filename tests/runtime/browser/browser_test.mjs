@@ -28,7 +28,7 @@ import fs from 'fs';
 import os from 'os';
 import path from 'path';
 import { fileURLToPath, pathToFileURL } from 'url';
-import { importTransformersJs, nodeModulesDirs, readSafetensors } from '../../parity/golden_io.mjs';
+import { TJS_AUTO_CLASS, importTransformersJs, nodeModulesDirs, readSafetensors } from '../../parity/golden_io.mjs';
 import { runJob } from './jobs.mjs';
 import { startServer } from './server.mjs';
 
@@ -99,12 +99,7 @@ for (const spec of specs) {
   } else if (kind === 'encode') {
     const caseJson = JSON.parse(fs.readFileSync(path.join(caseDir, 'case.json'), 'utf8'));
     const config = JSON.parse(fs.readFileSync(path.join(folder, 'config.json'), 'utf8'));
-    const autoClass = {
-      'feature-extraction': 'AutoModel',
-      'sequence-classification': 'AutoModelForSequenceClassification',
-      'token-classification': 'AutoModelForTokenClassification',
-      'fill-mask': 'AutoModelForMaskedLM',
-    }[caseJson.task];
+    const autoClass = TJS_AUTO_CLASS[caseJson.task];
     if (!autoClass) usage(`${caseDir}: no transformers.js Auto class for task '${caseJson.task}'`);
     const feeds = {};
     for (const input of ['input_ids', 'attention_mask', 'token_type_ids']) {
