@@ -287,7 +287,10 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
                       static_cast<double>(p.package.weight_bytes()) / (1024.0 * 1024.0));
         std::cout << terminal_safe("built " + p.package.model_type() +
                                    (p.graph.empty() ? "" : " " + p.graph) + " -> " +
-                                   (std::filesystem::path(out) / p.folder).string() + " (" + line + ")")
+                                   (p.folder.empty() ? std::filesystem::path(out) / p.package.graph_file()
+                                                     : std::filesystem::path(out) / p.folder)
+                                       .string() +
+                                   " (" + line + ")")
                   << "\n";
       }
       for (const auto& c : multi.copied())
@@ -295,8 +298,9 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
                   << "\n";
       char line[64];
       std::snprintf(line, sizeof(line), "%.2f s", secs);
-      std::cout << terminal_safe("built " + std::to_string(multi.parts().size()) + " graph(s) for " +
-                                 "onnxruntime -> " + out + " (" + line + ")")
+      const std::string runtime = multi.parts().empty() ? "onnxruntime" : multi.parts().front().package.runtime();
+      std::cout << terminal_safe("built " + std::to_string(multi.parts().size()) + " graph(s) for " + runtime +
+                                 " -> " + out + " (" + line + ")")
                 << "\n";
     }
     return 0;

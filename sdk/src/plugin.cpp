@@ -112,6 +112,10 @@ mobius_status build_cb(void* user, mobius_context* ctx, const char* config_json)
 
 // Hands an entry to the host as a mobius_architecture.
 void register_entry(const mobius_host_api* host, mobius_registrar* reg, Entry& e) {
+  const TaskRow* task = find_task(e.task);
+  // A task of several graphs in one folder (an encoder-decoder's): the row names them.
+  const bool one_folder = e.graphs.empty() && task && !task->graphs.empty();
+  if (one_folder) e.graphs = task->graphs;
   for (const auto& g : e.graphs) e.graph_names.push_back(g.c_str());
   mobius_architecture a{};
   a.struct_size = sizeof(a);
@@ -124,7 +128,8 @@ void register_entry(const mobius_host_api* host, mobius_registrar* reg, Entry& e
   a.n_graphs = e.graph_names.size();
   a.tasks = e.task_names.empty() ? nullptr : e.task_names.data();
   a.n_tasks = e.task_names.size();
-  if (const TaskRow* task = find_task(e.task)) a.default_runtime = task->runtimes.front().c_str();
+  a.flags = one_folder ? MOBIUS_ARCHITECTURE_GRAPHS_IN_ONE_FOLDER : 0;
+  if (task) a.default_runtime = task->runtimes.front().c_str();
   if (host->register_architecture(reg, &a) != MOBIUS_OK)
     throw Error("[plugin] the host refused model type '" + e.model_type + "'");
 }

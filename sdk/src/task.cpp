@@ -64,6 +64,25 @@ const std::vector<TaskRow>& task_table() {
     t.push_back(encoder_row("sequence-classification", "a text classifier", {"logits"}, {"ForSequenceClassification"}));
     t.push_back(encoder_row("token-classification", "a token classifier", {"logits"}, {"ForTokenClassification"}));
     t.push_back(encoder_row("fill-mask", "a masked language model", {"logits"}, {"ForMaskedLM", "WithLMHeadModel"}));
+    // Speech: a CTC encoder (Wav2Vec2ForCTC and its kin), one graph from the raw waveform.
+    TaskRow ctc = row("ctc", "a speech recognizer (CTC)", {"transformers.js", "onnxruntime"},
+                      {{"ort-genai", kGenaiOnlyDecoders}}, {"input_values"}, {"logits"});
+    ctc.class_suffixes = {"ForCTC"};
+    t.push_back(std::move(ctc));
+    // Encoder-decoders: two graphs in one folder, the encoder and a decoder whose cache holds the
+    // self-attention keys and values and the cross-attention ones computed on its first step.
+    // The graphs' inputs and outputs are checked per graph by the family (the row's are the
+    // decoder's, the graph every generation step runs).
+    TaskRow t2t = row("text2text-generation", "an encoder-decoder text generator", {"transformers.js", "onnxruntime"},
+                      {{"ort-genai", "it runs decoder-only text generation and Whisper only"}}, {}, {"logits"});
+    t2t.class_suffixes = {"ForConditionalGeneration", "MTModel"};
+    t2t.graphs = {"encoder_model", "decoder_model_merged"};
+    t.push_back(std::move(t2t));
+    TaskRow s2t = row("speech-to-text", "a speech recognizer (encoder-decoder)",
+                      {"ort-genai", "transformers.js", "onnxruntime"}, {}, {}, {"logits"});
+    s2t.class_suffixes = {"ForConditionalGeneration"};
+    s2t.graphs = {"encoder_model", "decoder_model_merged"};
+    t.push_back(std::move(s2t));
     t.push_back(row("image-unet", "a diffusion UNet", {"onnxruntime"}, diffusion,
                     {"sample", "timestep", "encoder_hidden_states"}, {"out_sample"}));
     t.push_back(row("image-vae", "a Stable Diffusion VAE", {"onnxruntime"}, diffusion, {}, {}));
@@ -102,6 +121,7 @@ void check_task_runtime(const BuildContext& ctx, const TaskRow& task, const std:
 }
 
 void check_task_graph(BuildContext& ctx, const TaskRow& task, const std::string& model_type) {
+  if (!task.graphs.empty() && ctx.graph_name() != task.graphs.back()) return;
   Graph& g = ctx.graph();
   for (const std::string& n : task.inputs)
     if (!g.input_type(n))

@@ -70,6 +70,13 @@ class ModelPackage {
   // renamed into place. On failure OUT is as it was.
   // An OUT that is the checkpoint folder or contains it is refused first (check_output_folder).
   void save(const std::filesystem::path& out, const SaveOptions& opts = {}) const;
+  // Saves the graphs of one checkpoint built as files of one folder (an encoder-decoder's
+  // encoder_model and decoder_model_merged; Registration::graphs_in_one_folder) as save() saves
+  // one: each graph and its data, the runtime files once, one mobius_provenance.json.
+  static void save_together(const std::vector<const ModelPackage*>& parts, const std::filesystem::path& out,
+                            const SaveOptions& opts = {});
+  // The graph file, relative to the output folder ("model.onnx", "onnx/encoder_model_fp16.onnx").
+  const std::string& graph_file() const;
 
   const std::string& model_type() const;
   // The runtime the folder is laid out for (BuildOptions::runtime, or what the default became).

@@ -26,6 +26,9 @@ struct Registration {
   // The graphs one checkpoint of this type becomes when more than one (mobius_architecture's
   // `graphs`), each built with BuildOptions::graph set to it; empty: one graph.
   std::vector<std::string> graphs;
+  // The graphs are files of one model folder, each named after its graph (an encoder-decoder's
+  // onnx/encoder_model.onnx and onnx/decoder_model_merged.onnx), instead of folders of their own.
+  bool graphs_in_one_folder = false;
   // The runtime a build lays the folder out for when the user names none (the task's);
   // empty: ort-genai.
   std::string default_runtime;

@@ -27,7 +27,9 @@ inline const std::vector<std::string>& optional_files() {
       "generation_config.json", "tokenizer.json",     "tokenizer_config.json",
       "special_tokens_map.json", "tokenizer.model",   "vocab.json",
       "merges.txt",             "added_tokens.json",  "chat_template.jinja",
-      "chat_template.json"};
+      "chat_template.json",     "preprocessor_config.json", "spiece.model",
+      "source.spm",             "target.spm",         "sentencepiece.bpe.model",
+      "normalizer.json"};
   return v;
 }
 

@@ -162,16 +162,24 @@ uint64_t ModelPackage::weight_bytes() const {
   return n;
 }
 
-void ModelPackage::save(const fs::path& out, const SaveOptions& opts) const {
+void ModelPackage::save(const fs::path& out, const SaveOptions& opts) const { save_together({this}, out, opts); }
+
+void ModelPackage::save_together(const std::vector<const ModelPackage*>& parts, const fs::path& out,
+                                 const SaveOptions& opts) {
+  std::vector<const Impl*> impls;
+  for (const ModelPackage* p : parts) impls.push_back(p->impl_.get());
   try {
-    save_package(*impl_, out, opts);
+    save_packages(impls, out, opts);
   } catch (const Error& e) {
     // A plugin's weight transform failed while the weights were written.
-    if (!plugin_fault(e)) throw;
-    throw blame_plugin(e, describe_code(impl_->plugin, impl_->plugin_version, impl_->plugin_path),
-                       "writing the weights of '" + impl_->model_type + "'");
+    if (!plugin_fault(e) || impls.empty()) throw;
+    const Impl& i = *impls.front();
+    throw blame_plugin(e, describe_code(i.plugin, i.plugin_version, i.plugin_path),
+                       "writing the weights of '" + i.model_type + "'");
   }
 }
+
+const std::string& ModelPackage::graph_file() const { return impl_->layout.graph; }
 
 namespace {
 
@@ -180,13 +188,14 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
                                           const BuildOptions& opts,
                                           std::optional<std::string> source_config,
                                           bool generates_text = true,
-                                          const std::string& default_runtime = kRuntimeGenai) {
+                                          const std::string& default_runtime = kRuntimeGenai,
+                                          const std::string& graph_stem = "model") {
   auto impl = std::make_unique<ModelPackage::Impl>();
   impl->source_dir = dir;
   impl->model_type = model_type;
   impl->ctx = std::make_unique<mobius_context>();
   impl->weight_dtype = opts.dtype;
-  impl->layout = output_layout(opts.runtime.empty() ? default_runtime : opts.runtime, opts.dtype);
+  impl->layout = output_layout(opts.runtime.empty() ? default_runtime : opts.runtime, opts.dtype, graph_stem);
   impl->source_repo = opts.source_repo;
   impl->source_revision = opts.source_revision;
   impl->source_commit = opts.source_commit;
@@ -289,8 +298,11 @@ std::unique_ptr<ModelPackage::Impl> build_impl(const Registration& reg, const fs
                 (reg.tasks.size() == 1 ? "one task, " : "the tasks ") + names);
   }
   // Only a model that generates text needs the tokenizer beside it (a pipeline keeps its own).
-  auto impl = start(reg.model_type, dir, opts, config_text, reg.task == "text-generation",
-                    reg.default_runtime.empty() ? kRuntimeGenai : reg.default_runtime);
+  const bool generates_text = reg.task == "text-generation" || reg.task == "text2text-generation" ||
+                              reg.task == "speech-to-text";
+  auto impl = start(reg.model_type, dir, opts, config_text, generates_text,
+                    reg.default_runtime.empty() ? kRuntimeGenai : reg.default_runtime,
+                    reg.graphs_in_one_folder ? opts.graph : "model");
   impl->plugin = reg.plugin;
   impl->plugin_version = reg.version;
   impl->plugin_path = reg.plugin_path;

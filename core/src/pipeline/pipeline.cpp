@@ -169,7 +169,8 @@ MultiGraphPackage build_graphs(const fs::path& dir, const BuildOptions& opts,
   for (const auto& g : reg.graphs) {
     BuildOptions o = opts;
     o.graph = g;
-    out.parts_.push_back({g, "", g, build_folder(c, reg, o)});
+    // Graphs of one folder are files of OUT itself.
+    out.parts_.push_back({reg.graphs_in_one_folder ? "" : g, "", g, build_folder(c, reg, o)});
   }
   return out;
 }
@@ -220,13 +221,13 @@ MultiGraphPackage build_pipeline(const fs::path& dir, const BuildOptions& opts,
       p.graphs = {""};
     } else {
       for (const auto& g : p.reg->graphs) {
-        p.folders.push_back(c.name + "_" + g);
+        p.folders.push_back(p.reg->graphs_in_one_folder ? c.name : c.name + "_" + g);
         p.graphs.push_back(g);
       }
     }
     available.push_back(c.name);
     for (const auto& f : p.folders)
-      if (f != c.name) available.push_back(f);
+      if (f != c.name && std::find(available.begin(), available.end(), f) == available.end()) available.push_back(f);
     models.push_back(std::move(p));
   }
   for (const auto& want : components)
@@ -261,7 +262,26 @@ MultiGraphPackage build_pipeline(const fs::path& dir, const BuildOptions& opts,
   return out;
 }
 
+// The parts saved into one folder: consecutive parts of the same folder (the graphs of one
+// checkpoint laid out side by side) together, each other part alone.
+static std::vector<std::vector<const ModelPackage*>> folder_groups(const std::vector<MultiGraphPackage::Part>& parts) {
+  std::vector<std::vector<const ModelPackage*>> groups;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i == 0 || parts[i].folder != parts[i - 1].folder) groups.emplace_back();
+    groups.back().push_back(&parts[i].package);
+  }
+  return groups;
+}
+
 void MultiGraphPackage::save(const fs::path& out, const SaveOptions& opts) const {
+  // One checkpoint whose graphs are files of one folder: OUT is that folder.
+  if (pipeline_class_.empty() && !parts_.empty() &&
+      std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.folder.empty(); })) {
+    std::vector<const ModelPackage*> all;
+    for (const auto& p : parts_) all.push_back(&p.package);
+    ModelPackage::save_together(all, out, opts);
+    return;
+  }
   // Everything copied is read before anything is written.
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> copies;
   std::string index_text;
@@ -274,8 +294,12 @@ void MultiGraphPackage::save(const fs::path& out, const SaveOptions& opts) const
   std::vector<fs::path> sources{source_};
   save_folder(out, sources, [&](const fs::path& tmp) {
     nlohmann::json graphs = nlohmann::json::array();
+    size_t at = 0;
+    for (const auto& group : folder_groups(parts_)) {
+      ModelPackage::save_together(group, tmp / parts_[at].folder, opts);
+      at += group.size();
+    }
     for (const auto& p : parts_) {
-      p.package.save(tmp / p.folder, opts);
       nlohmann::json g = {{"folder", p.folder}, {"model_type", p.package.model_type()}};
       if (!p.component.empty()) g["component"] = p.component;
       if (!p.graph.empty()) g["graph"] = p.graph;

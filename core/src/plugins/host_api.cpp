@@ -171,6 +171,14 @@ mobius_status api_register_architecture(mobius_registrar* reg, const mobius_arch
         r.graphs.push_back(std::move(g));
       }
     }
+    if (a->flags & ~MOBIUS_ARCHITECTURE_GRAPHS_IN_ONE_FOLDER)
+      throw Error("[abi] model type " + quote_name(model_type) + ": flags has bits this host does not know");
+    if (a->flags & MOBIUS_ARCHITECTURE_GRAPHS_IN_ONE_FOLDER) {  // zero when the struct ends before it
+      if (r.graphs.empty())
+        throw Error("[abi] model type " + quote_name(model_type) +
+                    ": graphs_in_one_folder is set but it registers no graphs");
+      r.graphs_in_one_folder = true;
+    }
     if (a->default_runtime) {  // NULL when the plugin's struct ends before the field
       r.default_runtime = str(a->default_runtime, "default_runtime");
       const std::vector<std::string> known = runtimes();
@@ -312,12 +320,14 @@ const char* api_source_config(mobius_context* ctx) {
 }
 
 // The small files a plugin may read from the checkpoint folder: the runtime files a runtime
-// config is made from, a sentence-transformers folder's modules.json, and a module's config
+// config is made from, an audio model's preprocessor_config.json (what its graph reads), a
+// sentence-transformers folder's modules.json, and a module's config
 // ("<module>/config.json", the module one folder name of letters, digits, '_', '-' and '.', not
 // starting with '.').
 bool allowed_source_file(const std::string& n) {
   static const char* const kAllowed[] = {"generation_config.json", "tokenizer_config.json",
-                                         "special_tokens_map.json", "chat_template.jinja", "modules.json"};
+                                         "special_tokens_map.json", "chat_template.jinja", "modules.json",
+                                         "preprocessor_config.json"};
   if (std::find(std::begin(kAllowed), std::end(kAllowed), n) != std::end(kAllowed)) return true;
   const size_t slash = n.find('/');
   if (slash == std::string::npos || n.substr(slash) != "/config.json") return false;

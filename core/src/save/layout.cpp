@@ -34,14 +34,14 @@ DataPlacement place_tensors(const std::vector<uint64_t>& sizes, uint64_t align,
   return p;
 }
 
-OutputLayout output_layout(const std::string& runtime, const std::string& dtype) {
+OutputLayout output_layout(const std::string& runtime, const std::string& dtype, const std::string& stem) {
   OutputLayout l;
   l.runtime = runtime;
   if (runtime == kRuntimeGenai || runtime == kRuntimeOrt) {
     // ONNX Runtime and GenAI: one graph at the root, its weights beside it in one file, as
     // GenAI's own model builder writes them.
-    l.graph = "model.onnx";
-    l.data = "model.onnx.data";
+    l.graph = stem + ".onnx";
+    l.data = l.graph + ".data";
     return l;
   }
   if (runtime == kRuntimeTransformersJs) {
@@ -63,7 +63,7 @@ OutputLayout output_layout(const std::string& runtime, const std::string& dtype)
                       " model files it would load as such (it loads fp32, fp16, and q4 for 4-bit "
                       "MatMulNBits weights); use --dtype f32, f16 or int4");
     }
-    l.graph = "onnx/model" + suffix + ".onnx";
+    l.graph = "onnx/" + stem + suffix + ".onnx";
     l.data = l.graph + "_data";
     l.chunk_bytes = 2000000000ull;
     return l;

@@ -31,9 +31,11 @@ struct OutputLayout {
   bool host_file(const std::string& name) const;
 };
 
-// The layout for a runtime and a weight dtype (f32 | f16 | bf16). Throws mobius::Error
-// ([options]) for an unknown runtime, or a dtype the runtime has no files for.
-OutputLayout output_layout(const std::string& runtime, const std::string& dtype);
+// The layout for a runtime and a weight dtype (f32 | f16 | bf16). `stem` names the graph file
+// ("model"; a graph of several in one folder: its own name, "encoder_model"). Throws
+// mobius::Error ([options]) for an unknown runtime, or a dtype the runtime has no files for.
+OutputLayout output_layout(const std::string& runtime, const std::string& dtype,
+                           const std::string& stem = "model");
 
 // Where each tensor's bytes go in the external data: tensors in order, each at an offset aligned
 // to `align` in the current chunk, a new chunk started when a tensor would end past

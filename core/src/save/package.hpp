@@ -46,6 +46,11 @@ ModelPackage build_folder(const FolderConfig& c, const Registration& reg, const 
 
 void save_package(const ModelPackage::Impl& pkg, const std::filesystem::path& out,
                   const SaveOptions& opts);
+// The builds of one checkpoint's graphs saved into one folder (Registration::graphs_in_one_folder):
+// each graph file and its data as save_package writes one, the runtime files of all of them (a
+// later build's replacing an earlier one's of the same name), one provenance listing the graphs.
+void save_packages(const std::vector<const ModelPackage::Impl*>& parts, const std::filesystem::path& out,
+                   const SaveOptions& opts);
 
 // Fills a new folder and puts it in place of OUT as save_package does: OUT must not be or hold
 // any of `sources` (check_output_folder), may only replace an earlier model; `fill` writes into

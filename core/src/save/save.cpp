@@ -30,6 +30,7 @@
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
 #include "save/package.hpp"
+#include "save/runtime_files.hpp"
 #include "util/progress.hpp"
 #include "util/digest.hpp"
 #include "util/untrusted.hpp"
@@ -76,14 +77,6 @@ void register_runtime_schemas() {
 constexpr int64_t kOpsetVersion = 17;
 constexpr uint64_t kAlign = 64;       // external data offsets are 64-byte aligned
 const char* const kTempTag = ".mobius-tmp-";
-
-// Files a runtime needs beside the model, copied when the checkpoint has them.
-const char* const kRuntimeFiles[] = {
-    "config.json",          "generation_config.json", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json",           "merges.txt",             "added_tokens.json",
-    "chat_template.jinja",  "chat_template.json",
-};
 
 std::string sys_error(const std::string& what, const fs::path& p) {
   return "[save] " + p.string() + ": " + what + ": " + std::strerror(errno);
@@ -243,20 +236,6 @@ void finalize(onnx::ModelProto& m, const std::set<std::string>& domains,
     o->set_domain(d);
     o->set_version(1);
   }
-}
-
-// The runtime files the checkpoint folder has, opened under the folder's rule
-// (checkpoint_files.hpp: regular files, or a cache snapshot's links into its blobs) before
-// anything is written: one that is there but may not be opened fails the save.
-std::vector<std::pair<std::string, OpenedFile>> open_runtime_files(const fs::path& src) {
-  std::vector<std::pair<std::string, OpenedFile>> files;
-  if (src.empty()) return files;
-  const ModelFolder folder(src);
-  for (const char* name : kRuntimeFiles) {
-    if (!folder.has(name)) continue;
-    files.emplace_back(name, folder.open(name, name, "checkpoint"));
-  }
-  return files;
 }
 
 // OUT may hold an earlier model (replaced) or be an empty folder; anything else is refused. An
@@ -502,76 +481,6 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, bool
   }
 }
 
-// The runtime files of the output folder, name -> bytes: the checkpoint's (copied unchanged)
-// with the plugin's (add_runtime_file) replacing a copy of the same name.
-struct RuntimeFiles {
-  std::vector<std::pair<std::string, const OpenedFile*>> copies;
-  std::vector<std::pair<std::string, std::string>> written;
-};
-
-RuntimeFiles runtime_files(const std::vector<std::pair<std::string, OpenedFile>>& opened,
-                           const mobius_context& ctx) {
-  RuntimeFiles r;
-  auto added = [&](const std::string& n) {
-    for (const auto& f : ctx.runtime_files)
-      if (f.first == n) return true;
-    return false;
-  };
-  for (const auto& [name, file] : opened)
-    if (!added(name)) r.copies.emplace_back(name, &file);
-  r.written = ctx.runtime_files;
-  return r;
-}
-
-// Reads a whole opened file (a copied runtime file), at most `limit` bytes.
-std::string read_opened(const OpenedFile& file, const std::string& name, uint64_t limit) {
-  std::string out;
-  std::vector<char> buf(1 << 16);
-  for (uint64_t off = 0;;) {
-    const ssize_t n = ::pread(file.fd.get(), buf.data(), buf.size(), static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(sys_error("cannot read", name));
-    if (n == 0) break;
-    out.append(buf.data(), static_cast<size_t>(n));
-    off += static_cast<uint64_t>(n);
-    if (out.size() > limit) throw Error("[save] " + name + ": larger than " + std::to_string(limit) + " bytes");
-  }
-  return out;
-}
-
-// transformers.js reads which graph files exist from config.json: "transformers.js_config"
-// names the dtype that was built (without it a browser asks for model_quantized.onnx, and an
-// fp16-only folder does not load) and, per graph file, how many external data chunks it has.
-// The block is the host's: it describes the files the host wrote.
-void add_transformers_js_config(RuntimeFiles& files, const OutputLayout& layout,
-                                size_t chunks) {
-  std::string text;
-  bool found = false;
-  for (auto it = files.written.begin(); it != files.written.end(); ++it)
-    if (it->first == "config.json") {
-      text = it->second;
-      files.written.erase(it);
-      found = true;
-      break;
-    }
-  for (auto it = files.copies.begin(); !found && it != files.copies.end(); ++it)
-    if (it->first == "config.json") {
-      text = read_opened(*it->second, "config.json", kConfigLimits.max_bytes);
-      files.copies.erase(it);
-      found = true;
-      break;
-    }
-  if (!found)
-    throw Error("[save] transformers.js needs config.json beside the model, and the checkpoint "
-                "has none");
-  nlohmann::json cfg = parse_json_limited(text, "config.json", kConfigLimits);
-  if (!cfg.is_object()) throw Error("[save] config.json is not a JSON object");
-  const std::string file = fs::path(layout.graph).filename().string();
-  cfg["transformers.js_config"] = {{"dtype", layout.tjs_dtype},
-                                   {"use_external_data_format", {{file, chunks}}}};
-  files.written.emplace_back("config.json", cfg.dump(2) + "\n");
-}
-
 // Writes the runtime files into dir, fsynced: copies byte for byte, the others as given.
 void write_runtime_files(const RuntimeFiles& files, const fs::path& dir) {
   std::vector<char> buf(1 << 20);
@@ -660,39 +569,17 @@ void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDiges
 }  // namespace
 
 namespace {
-void fill_package(const ModelPackage::Impl& pkg, const SaveOptions& opts, const OutputLayout& layout,
-                  const std::vector<std::pair<std::string, OpenedFile>>& opened, RuntimeFiles& files,
-                  const fs::path& tmp_path);
-}  // namespace
 
-void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
-  const OutputLayout& layout = pkg.layout;
-  // Before anything is written: the checkpoint is never replaced, nor a folder holding it, and
-  // the runtime files to copy are opened (or refused) now.
-  check_output_folder(out, pkg.source_dir);
-  const auto opened = open_runtime_files(pkg.source_dir);
-  RuntimeFiles files = runtime_files(opened, *pkg.ctx);
-  save_folder(out, {pkg.source_dir}, [&](const fs::path& tmp_path) {
-    fill_package(pkg, opts, layout, opened, files, tmp_path);
-  });
-}
-
-namespace {
-
-// The model folder's files, written into `tmp_path` (save_folder puts it in place).
-void fill_package(const ModelPackage::Impl& pkg, const SaveOptions& opts, const OutputLayout& layout,
-                  const std::vector<std::pair<std::string, OpenedFile>>& opened, RuntimeFiles& files,
-                  const fs::path& tmp_path) {
+// One build's graph file and its external data, written into `tmp_path`; the `sources` still
+// pending are hashed while the weights stream. Returns the number of data chunks.
+size_t write_graph(const ModelPackage::Impl& pkg, const SaveOptions& opts, const OutputLayout& layout,
+                   std::vector<SourceFile>& sources, const fs::path& tmp_path) {
   std::error_code ec;
   const fs::path graph_path = tmp_path / layout.graph;
   if (graph_path.parent_path() != tmp_path) {
     fs::create_directories(graph_path.parent_path(), ec);
     if (ec) throw Error("[save] cannot create " + graph_path.parent_path().string() + ": " + ec.message());
   }
-
-  // The checkpoint's files the provenance lists, opened now; those the cache does not give the
-  // digest of are hashed while the weights stream.
-  std::vector<SourceFile> sources = open_source_files(pkg.source_dir, source_files(pkg, opened));
 
   const mobius_context& ctx = *pkg.ctx;
   onnx::ModelProto model = ctx.model;
@@ -758,16 +645,50 @@ void fill_package(const ModelPackage::Impl& pkg, const SaveOptions& opts, const 
       throw Error(std::string("[onnx] the checker rejected the model: ") + e.what());
     }
   }
-  if (layout.runtime == kRuntimeTransformersJs) add_transformers_js_config(files, layout, chunks);
-  write_runtime_files(files, tmp_path);
-  if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
-  std::vector<FileDigest> digests;
-  for (const auto& f : sources) digests.push_back(f.digest);
-  write_provenance(pkg, digests, {layout.graph}, tmp_path);
   fsync_dir(graph_path.parent_path());
+  return chunks;
 }
 
 }  // namespace
+
+void save_packages(const std::vector<const ModelPackage::Impl*>& parts, const fs::path& out,
+                   const SaveOptions& opts) {
+  if (parts.empty()) throw Error(ErrorKind::Internal, "[internal] save_packages: nothing to save");
+  const ModelPackage::Impl& first = *parts.front();
+  std::vector<const mobius_context*> builds;
+  std::vector<std::string> graphs;
+  for (const ModelPackage::Impl* p : parts) {
+    if (p->source_dir != first.source_dir || p->layout.runtime != first.layout.runtime ||
+        std::find(graphs.begin(), graphs.end(), p->layout.graph) != graphs.end())
+      throw Error(ErrorKind::Internal, "[internal] the graphs of one folder must come from one checkpoint, be laid "
+                                       "out for one runtime and have files of their own");
+    builds.push_back(p->ctx.get());
+    graphs.push_back(p->layout.graph);
+  }
+  // Before anything is written: the checkpoint is never replaced, nor a folder holding it, and
+  // the runtime files to copy are opened (or refused) now.
+  check_output_folder(out, first.source_dir);
+  const auto opened = open_runtime_files(first.source_dir);
+  RuntimeFiles files = runtime_files(opened, builds);
+  save_folder(out, {first.source_dir}, [&](const fs::path& tmp_path) {
+    // The checkpoint's files the provenance lists, opened now; those the cache does not give
+    // the digest of are hashed while the first graph's weights stream.
+    std::vector<SourceFile> sources = open_source_files(first.source_dir, source_files(first, opened));
+    std::vector<std::pair<std::string, size_t>> chunks;
+    for (const ModelPackage::Impl* p : parts)
+      chunks.emplace_back(p->layout.graph, write_graph(*p, opts, p->layout, sources, tmp_path));
+    if (first.layout.runtime == kRuntimeTransformersJs) add_transformers_js_config(files, first.layout.tjs_dtype, chunks);
+    write_runtime_files(files, tmp_path);
+    if (opts.cancelled && opts.cancelled()) throw Error("[save] interrupted");
+    std::vector<FileDigest> digests;
+    for (const auto& f : sources) digests.push_back(f.digest);
+    write_provenance(first, digests, graphs, tmp_path);
+  });
+}
+
+void save_package(const ModelPackage::Impl& pkg, const fs::path& out, const SaveOptions& opts) {
+  save_packages({&pkg}, out, opts);
+}
 
 void write_synced_file(const fs::path& p, const std::string& bytes) { write_file_synced(p, bytes); }
 

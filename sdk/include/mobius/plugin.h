@@ -295,7 +295,14 @@ typedef struct mobius_architecture {
    * build builds build_options->task when the user chose one. NULL and 0: `task` alone. */
   const char* const* tasks;
   size_t n_tasks;
+  /* MOBIUS_ARCHITECTURE_* bits; 0 for none. */
+  uint64_t flags;
 } mobius_architecture;
+/* The `graphs` are files of one model folder (an encoder-decoder's "encoder_model" and
+ * "decoder_model_merged", as transformers.js and ONNX Runtime GenAI load them), each named after
+ * its graph where a one-graph build writes "model", their runtime files shared. Without it each
+ * graph is a model folder of its own (OUT/<graph>). */
+#define MOBIUS_ARCHITECTURE_GRAPHS_IN_ONE_FOLDER ((uint64_t)1)
 #define MOBIUS_ARCHITECTURE_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_architecture, build)
 
 /* The host's function table, passed to mobius_plugin_register. Slots are append-only;

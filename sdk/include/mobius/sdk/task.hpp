@@ -32,6 +32,11 @@ struct TaskRow {
   // architectures[0] ("ForSequenceClassification"; "Model" for a base model), for a model type
   // that builds several tasks (detail::choose_task).
   std::vector<std::string> class_suffixes;
+  // A task whose model runs as several graphs of one folder (an encoder-decoder's
+  // "encoder_model" and "decoder_model_merged"): their names, each built by its own call of the
+  // family's build (BuildContext::graph_name()); `inputs` and `outputs` are the last one's.
+  // Empty: one graph.
+  std::vector<std::string> graphs;
   // Writes the task's runtime files for the build's runtime (nullptr: none).
   void (*runtime_files)(BuildContext& ctx, const std::string& model_type, const nlohmann::json& cfg) = nullptr;
 };
