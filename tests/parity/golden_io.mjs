@@ -177,11 +177,12 @@ export function parseOptions(argv, options, required, usage, die) {
   return a;
 }
 
-// The transformers.js Auto class that loads a model of an encoder case's task (case.json's
-// "task"), or undefined.
+// The transformers.js Auto class that loads a model of an encoder or speech case's task
+// (case.json's "task"), or undefined.
 export const TJS_AUTO_CLASS = {
   'feature-extraction': 'AutoModel',
   'sequence-classification': 'AutoModelForSequenceClassification',
   'token-classification': 'AutoModelForTokenClassification',
   'fill-mask': 'AutoModelForMaskedLM',
+  'ctc': 'AutoModelForCTC',
 };

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# run_encoder.sh - one parity test of an encoder golden case (tests/golden-encoders, format v2):
-# build it with the mobius CLI for a runtime, compare it in ONNX Runtime with
-# tests/parity/component_parity.mjs --graph encode (per-token outputs at real tokens only).
+# run_encoder.sh - one parity test of a single-graph golden case of format v2 (an encoder's,
+# tests/golden-encoders, or a speech encoder's, tests/golden-speech): build it with the mobius CLI
+# for a runtime, compare it in ONNX Runtime with tests/parity/component_parity.mjs --graph encode
+# (per-token outputs at real tokens only).
 #
 #   run_encoder.sh CASE [f32|f16] [ort|standard] [transformers.js|onnxruntime]
+#   CASE: a case folder, or a case name of tests/golden-encoders
 #
 # Environment (meson sets both): MOBIUS_CLI, the built mobius executable (required);
 # MOBIUS_SOURCE_ROOT, the project root, where node_modules/onnxruntime-node is.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# run_tjs_encoder.sh - an encoder golden case (tests/golden-encoders) built for transformers.js
-# (the default layout of its task) and run by transformers.js itself (tjs_encoder.mjs: AutoModel
-# on the folder, the case's inputs, its outputs compared).
+# run_tjs_encoder.sh - an encoder golden case (tests/golden-encoders) or a speech one
+# (tests/golden-speech) built for transformers.js (the default layout of its task) and run by
+# transformers.js itself (tjs_encoder.mjs: the task's Auto class on the folder, the case's
+# inputs, its outputs compared).
 #
-#   run_tjs_encoder.sh CASE [f32|f16]
+#   run_tjs_encoder.sh CASE [f32|f16]      CASE: a case folder, or a case name of tests/golden-encoders
 # Environment (meson sets both): MOBIUS_CLI (required), MOBIUS_SOURCE_ROOT.
 # Exit status: 0 the outputs agree; 1 a step failed; 2 usage; 77 (skipped) when a package is missing.
 set -euo pipefail
