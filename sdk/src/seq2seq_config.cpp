@@ -1,0 +1,122 @@
+// seq2seq_config.cpp - config.json of an encoder-decoder row, read and checked
+// (mobius/sdk/seq2seq.hpp), and the row's registration.
+#include <cmath>
+
+#include "mobius/sdk/config.hpp"
+#include "mobius/sdk/layers.hpp"
+#include "mobius/sdk/plugin.hpp"
+#include "mobius/sdk/seq2seq.hpp"
+
+namespace mobius::nn {
+
+namespace {
+
+int64_t positive(const ConfigReader& r, const std::string& key, std::optional<int64_t> def = std::nullopt) {
+  const int64_t v = r.get_int(key, def);
+  if (v <= 0) r.fail(key, "must be positive, got " + std::to_string(v));
+  return v;
+}
+
+// T5Config / UMT5Config: d_model, d_kv, d_ff, num_layers, num_decoder_layers (num_layers when
+// absent), num_heads, feed_forward_proj ("relu", "gated-gelu" (gelu_new), "[gated-]<act>"), the
+// relative buckets; the head rescaled by d_model^-0.5 unless tie_word_embeddings is false
+// (T5Config.scale_decoder_outputs).
+void read_t5(const ConfigReader& r, Seq2SeqConfig& c) {
+  c.vocab_size = positive(r, "vocab_size", 32128);
+  c.d_model = positive(r, "d_model", 512);
+  c.head_dim = positive(r, "d_kv", 64);
+  c.encoder_ffn = c.decoder_ffn = positive(r, "d_ff", 2048);
+  c.encoder_layers = positive(r, "num_layers", 6);
+  c.decoder_layers = r.has("num_decoder_layers") ? positive(r, "num_decoder_layers") : c.encoder_layers;
+  c.encoder_heads = c.decoder_heads = positive(r, "num_heads", 8);
+  c.relative_buckets = positive(r, "relative_attention_num_buckets", 32);
+  c.relative_max_distance = positive(r, "relative_attention_max_distance", 128);
+  if (c.relative_buckets < 4) r.fail("relative_attention_num_buckets", "must be at least 4");
+  if (c.relative_max_distance <= c.relative_buckets / 4)
+    r.fail("relative_attention_max_distance", "must exceed a quarter of relative_attention_num_buckets");
+  c.eps = r.get_double("layer_norm_epsilon", 1e-6);
+  const std::string proj = r.get_string("feed_forward_proj", std::string("relu"));
+  const size_t dash = proj.find('-');
+  if (dash != std::string::npos && (proj.substr(0, dash) != "gated" || proj.find('-', dash + 1) != std::string::npos))
+    r.fail("feed_forward_proj", "'" + proj + "' is not '<act>' or 'gated-<act>'");
+  c.gated = dash != std::string::npos;
+  c.act = proj == "gated-gelu" ? "gelu_new" : proj.substr(dash == std::string::npos ? 0 : dash + 1);
+  check_activation(r, "feed_forward_proj", c.act);
+  c.scale_logits = !(r.has("tie_word_embeddings") && !r.get_bool("tie_word_embeddings"));
+  c.tied_head = c.scale_logits;
+  c.pad_token_id = r.get_int("pad_token_id", 0);
+  c.decoder_start_token_id = r.get_int("decoder_start_token_id", c.pad_token_id);
+  c.max_positions = 0;
+}
+
+// BartConfig and its kin: d_model, encoder_/decoder_ layers, attention_heads, ffn_dim,
+// activation_function, max_position_embeddings, scale_embedding (sqrt(d_model)); Whisper's
+// num_mel_bins, max_source_positions and max_target_positions (the decoder's table).
+void read_bart(const Seq2SeqSpec& s, const ConfigReader& r, Seq2SeqConfig& c) {
+  c.vocab_size = positive(r, "vocab_size");
+  c.d_model = positive(r, "d_model");
+  c.encoder_layers = positive(r, "encoder_layers");
+  c.decoder_layers = positive(r, "decoder_layers");
+  c.encoder_heads = positive(r, "encoder_attention_heads");
+  c.decoder_heads = positive(r, "decoder_attention_heads");
+  c.encoder_ffn = positive(r, "encoder_ffn_dim");
+  c.decoder_ffn = positive(r, "decoder_ffn_dim");
+  if (c.d_model % c.encoder_heads) r.fail("encoder_attention_heads", "must divide d_model " + std::to_string(c.d_model));
+  if (c.d_model % c.decoder_heads) r.fail("decoder_attention_heads", "must divide d_model " + std::to_string(c.d_model));
+  if (c.d_model / c.encoder_heads != c.d_model / c.decoder_heads)
+    r.fail("decoder_attention_heads", "gives another head size than encoder_attention_heads");
+  c.head_dim = c.d_model / c.encoder_heads;
+  c.act = r.get_string("activation_function", std::string("gelu"));
+  check_activation(r, "activation_function", c.act);
+  c.eps = 1e-5;  // torch.nn.LayerNorm's default: no config key
+  c.embed_scale = r.get_bool("scale_embedding", false) ? std::sqrt(static_cast<double>(c.d_model)) : 1.0;
+  c.pad_token_id = r.get_int("pad_token_id", 1);
+  c.decoder_start_token_id = r.get_int("decoder_start_token_id", 2);
+  c.tied_head = !r.has("tie_word_embeddings") || r.get_bool("tie_word_embeddings");
+  if (s.audio) {
+    c.num_mel_bins = positive(r, "num_mel_bins", 80);
+    c.max_source_positions = positive(r, "max_source_positions", 1500);
+    c.max_positions = positive(r, "max_target_positions", 448);
+  } else {
+    c.max_positions = positive(r, "max_position_embeddings", 1024);
+    if (r.has("decoder_vocab_size") && r.get_int("decoder_vocab_size") != c.vocab_size)
+      r.fail("decoder_vocab_size", "differs from vocab_size; a decoder vocabulary of its own is not built yet");
+    if (r.has("share_encoder_decoder_embeddings") && !r.get_bool("share_encoder_decoder_embeddings"))
+      r.fail("share_encoder_decoder_embeddings", "is false; separate encoder and decoder embeddings are not built yet");
+  }
+  if (c.pad_token_id < 0 || c.pad_token_id >= c.vocab_size)
+    r.fail("pad_token_id", "must be a token id below vocab_size " + std::to_string(c.vocab_size));
+}
+
+}  // namespace
+
+Seq2SeqConfig read_seq2seq_config(const Seq2SeqSpec& spec, const nlohmann::json& config_json) {
+  const ConfigReader r(config_json);
+  Seq2SeqConfig c;
+  c.model_type = spec.model_type;
+  if (r.has("is_encoder_decoder") && !r.get_bool("is_encoder_decoder"))
+    r.fail("is_encoder_decoder", "is false; " + spec.model_type + " is built as an encoder-decoder");
+  if (spec.style == Seq2SeqSpec::Style::T5) read_t5(r, c);
+  else read_bart(spec, r, c);
+  EncoderSizes sizes{c.vocab_size, c.d_model, std::max(c.encoder_ffn, c.decoder_ffn),
+                     c.encoder_layers + c.decoder_layers, c.encoder_heads,
+                     std::max<int64_t>(c.max_positions, 1), c.eps, c.act};
+  sizes.hidden_key = "d_model";
+  sizes.heads_key = spec.style == Seq2SeqSpec::Style::T5 ? "num_heads" : "encoder_attention_heads";
+  sizes.intermediate_key = spec.style == Seq2SeqSpec::Style::T5 ? "d_ff" : "encoder_ffn_dim";
+  sizes.act_key = spec.style == Seq2SeqSpec::Style::T5 ? "feed_forward_proj" : "activation_function";
+  sizes.eps_key = "layer_norm_epsilon";
+  if (spec.style == Seq2SeqSpec::Style::T5) sizes.hidden_size = c.encoder_heads * c.head_dim;  // inner dim
+  check_encoder_config(r, spec.model_type, sizes);
+  return c;
+}
+
+void register_seq2seq(PluginRegistrar& r, const Seq2SeqSpec& spec) {
+  const Seq2SeqSpec* s = &spec;
+  r.add(
+      spec.model_type, spec.audio ? "speech-to-text" : "text2text-generation",
+      [s](const nlohmann::json& raw) { return nlohmann::json(read_seq2seq_config(*s, raw)); },
+      [s](BuildContext& ctx, const nlohmann::json& cfg) { build_seq2seq(ctx, *s, cfg.get<Seq2SeqConfig>()); });
+}
+
+}  // namespace mobius::nn
