@@ -205,13 +205,6 @@ Value sinusoid_table(Graph& g, const std::string& name, int64_t rows, int64_t d,
   return t;
 }
 
-// The names of a decoder's cache entries (transformers.js / Optimum).
-std::string past_name(int64_t i, const char* which, const char* kv) {
-  return "past_key_values." + std::to_string(i) + "." + which + "." + kv;
-}
-std::string present_name(int64_t i, const char* which, const char* kv) {
-  return "present." + std::to_string(i) + "." + which + "." + kv;
-}
 
 class Seq2SeqModel : public Module {
  public:
@@ -299,8 +292,10 @@ class Seq2SeqModel : public Module {
     Value h, bias;
     if (spec.audio) {
       // WhisperEncoder: gelu(conv1(x)), gelu(conv2(.)) (stride 2), [b, frames / 2, d] plus the
-      // stored sinusoids of as many positions.
-      Value x = g.input("input_features", TensorType(DType::Float, {b, cfg.num_mel_bins, Dim("encoder_sequence_length_in")}));
+      // stored sinusoids of as many positions. GenAI feeds 3000 frames as audio_features.
+      const char* name = genai ? "audio_features" : "input_features";
+      Value x = genai ? g.input(name, TensorType(DType::Float, {b, cfg.num_mel_bins, 2 * cfg.max_source_positions}))
+                      : g.input(name, TensorType(DType::Float, {b, cfg.num_mel_bins, Dim("encoder_sequence_length_in")}));
       x = Cast(x, act);
       x = activation_f32("gelu", conv1->forward(g, x, 1, 1));
       x = activation_f32("gelu", conv2->forward(g, x, 1, 1));
@@ -343,10 +338,36 @@ class Seq2SeqModel : public Module {
       h = residual(g, pre_norm(), *l->ffn_norm, h, [&](Value x) { return l->ffn->forward(g, x); });
     }
     if (encoder_final) h = encoder_final->forward(g, h);
-    g.output(h, "last_hidden_state");
+    if (!genai) {
+      g.output(h, "last_hidden_state");
+      return;
+    }
+    // GenAI's Whisper encoder also computes every decoder layer's cross-attention keys and
+    // values, [b, heads, frames, head_dim], which its decoder then reads as inputs.
+    g.output(h, "encoder_hidden_states");
+    for (size_t i = 0; i < decoder_layers.size(); ++i) {
+      const Attention& a = *decoder_layers[i]->cross;
+      g.output(a.heads_first(a.k->forward(g, h)), "present_key_cross_" + std::to_string(i));
+      g.output(a.heads_first(a.v->forward(g, h)), "present_value_cross_" + std::to_string(i));
+    }
   }
 
   bool pre_norm() const { return spec.style == Style::T5 || spec.pre_norm; }
+
+  // The decoder's cache names: transformers.js's and Optimum's past_key_values.<i>.decoder.key
+  // and present.<i>.decoder.key, or GenAI's past_key_self_<i> and present_key_self_<i>; the
+  // cross-attention entries past_key_values.<i>.encoder.key, or GenAI's past_key_cross_<i>.
+  std::string self_cache_name(bool past, int64_t i, const std::string& kv) const {
+    if (genai) return (past ? "past_" : "present_") + kv + "_self_" + std::to_string(i);
+    return (past ? "past_key_values." : "present.") + std::to_string(i) + ".decoder." + kv;
+  }
+  std::string cross_cache_name(int64_t i, const std::string& kv) const {
+    if (genai) return "past_" + kv + "_cross_" + std::to_string(i);
+    return "past_key_values." + std::to_string(i) + ".encoder." + kv;
+  }
+  std::string cross_present_name(int64_t i, const std::string& kv) const {
+    return "present." + std::to_string(i) + ".encoder." + kv;
+  }
 
   void build_decoder(BuildContext& ctx, Graph& g) const {
     const DType act = activation_dtype(ctx);
@@ -354,17 +375,17 @@ class Seq2SeqModel : public Module {
     const Dim b("batch_size"), s("decoder_sequence_length"), es("encoder_sequence_length");
     const Dim past("past_decoder_sequence_length"), cross_len("encoder_sequence_length_out");
     Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));
-    Value enc_mask;
+    Value enc_mask, enc, cached;
     if (!spec.audio) enc_mask = g.input("encoder_attention_mask", TensorType(DType::Int64, {b, es}));
-    Value enc = g.input("encoder_hidden_states", TensorType(act, {b, es, cfg.d_model}));
+    if (!genai) enc = g.input("encoder_hidden_states", TensorType(act, {b, es, cfg.d_model}));
     std::vector<std::array<Value, 4>> pasts;
-    for (int64_t i = 0; i < cfg.decoder_layers; ++i)
-      pasts.push_back({g.input(past_name(i, "decoder", "key"), TensorType(act, {b, heads, past, hd})),
-                       g.input(past_name(i, "decoder", "value"), TensorType(act, {b, heads, past, hd})),
-                       g.input(past_name(i, "encoder", "key"), TensorType(act, {b, heads, cross_len, hd})),
-                       g.input(past_name(i, "encoder", "value"), TensorType(act, {b, heads, cross_len, hd}))});
-    Value use_cache = g.input("use_cache_branch", TensorType(DType::Bool, {1}));
-    Value cached = Squeeze(use_cache, {0});
+    for (int64_t i = 0; i < cfg.decoder_layers; ++i) {
+      const TensorType self_t(act, {b, heads, past, hd});
+      const TensorType cross_t(act, {b, heads, genai ? Dim(cfg.max_source_positions) : cross_len, hd});
+      pasts.push_back({g.input(self_cache_name(true, i, "key"), self_t), g.input(self_cache_name(true, i, "value"), self_t),
+                       g.input(cross_cache_name(i, "key"), cross_t), g.input(cross_cache_name(i, "value"), cross_t)});
+    }
+    if (!genai) cached = Squeeze(g.input("use_cache_branch", TensorType(DType::Bool, {1})), {0});
 
     // Positions past .. past + s - 1 (the cache's length is the step's offset).
     Value past_len = DimOf(pasts[0][0], 2);
@@ -397,12 +418,15 @@ class Seq2SeqModel : public Module {
         const Attention& a = *l->self;
         Value k = Concat({pasts[i][0], a.heads_first(a.k->forward(g, x))}, 2);
         Value v = Concat({pasts[i][1], a.heads_first(a.v->forward(g, x))}, 2);
-        g.output(k, present_name(static_cast<int64_t>(i), "decoder", "key"));
-        g.output(v, present_name(static_cast<int64_t>(i), "decoder", "value"));
+        g.output(k, self_cache_name(false, static_cast<int64_t>(i), "key"));
+        g.output(v, self_cache_name(false, static_cast<int64_t>(i), "value"));
         return a.attend(g, a.heads_first(a.q->forward(g, x)), k, v, layer_bias);
       });
       h = residual(g, pre_norm(), *l->cross_norm, h, [&](Value x) {
-        return cross_attention(g, *l->cross, x, enc, cross_bias, cached, pasts[i][2], pasts[i][3], static_cast<int64_t>(i));
+        const Attention& a = *l->cross;
+        // GenAI's decoder reads the keys and values its encoder computed.
+        if (genai) return a.attend(g, a.heads_first(a.q->forward(g, x)), pasts[i][2], pasts[i][3], Value());
+        return cross_attention(g, a, x, enc, cross_bias, cached, pasts[i][2], pasts[i][3], static_cast<int64_t>(i));
       });
       h = residual(g, pre_norm(), *l->ffn_norm, h, [&](Value x) { return l->ffn->forward(g, x); });
     }
@@ -440,8 +464,8 @@ class Seq2SeqModel : public Module {
       sg.output(v, sg.fresh_name("v"));
     }
     auto outs = g.node("If", {cached}, {out_t, kv_t, kv_t}, {Attr("then_branch", reuse), Attr("else_branch", compute)});
-    g.output(outs[1], present_name(i, "encoder", "key"));
-    g.output(outs[2], present_name(i, "encoder", "value"));
+    g.output(outs[1], cross_present_name(i, "key"));
+    g.output(outs[2], cross_present_name(i, "value"));
     return a.o->forward(g, outs[0]);
   }
 
@@ -457,12 +481,23 @@ class Seq2SeqModel : public Module {
   const Linear* lm_head = nullptr;
   const LogitsBias* logits_bias = nullptr;
   mutable Value shared_bias;
+  // The graphs are laid out for ONNX Runtime GenAI (its Whisper runner's encoder and decoder).
+  bool genai = false;
 };
 
 }  // namespace
 
 void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg) {
   Seq2SeqModel m(ctx, spec, cfg);
+  if (spec.audio && ctx.runtime() == "ort-genai") {
+    std::string why;
+    m.genai = whisper_genai_runs(cfg, &why);
+    if (!m.genai && !ctx.runtime_is_default())
+      throw Error(MOBIUS_ERROR_KIND_CONFIG, "[config] --runtime ort-genai: " + why + "; use --runtime onnxruntime or transformers.js");
+    if (!m.genai && ctx.graph_name() == "encoder_model")
+      ctx.log(MOBIUS_LOG_WARNING, "laid out for ONNX Runtime: " + why);
+    if (m.genai) add_whisper_genai_files(ctx, cfg);
+  }
   Graph& g = ctx.graph();
   const std::string enc = spec.prefix + "encoder.", dec = spec.prefix + "decoder.";
   // Copies of the token table a checkpoint may keep beside the one read, and the other graph's
@@ -477,6 +512,10 @@ void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConf
     m.build_encoder(ctx, g);
   } else if (ctx.graph_name() == "decoder_model_merged") {
     ctx.ignore_tensors(enc + "*");
+    if (m.genai) {  // GenAI's encoder projects the cross-attention keys and values
+      ctx.ignore_tensors(dec + "layers.*.encoder_attn.k_proj.*");
+      ctx.ignore_tensors(dec + "layers.*.encoder_attn.v_proj.*");
+    }
     m.build_decoder(ctx, g);
   } else {
     throw Error(MOBIUS_ERROR_KIND_PLUGIN, "[plugin] " + spec.model_type + ": no graph '" + ctx.graph_name() + "'");

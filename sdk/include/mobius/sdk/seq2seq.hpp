@@ -92,6 +92,13 @@ Seq2SeqConfig read_seq2seq_config(const Seq2SeqSpec& spec, const nlohmann::json&
 // The graph BuildContext::graph_name() names ("encoder_model" or "decoder_model_merged").
 void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg);
 
+// Whisper for ONNX Runtime GenAI (its Whisper runner; the default runtime of an audio row): true
+// when GenAI can run the model, else false with the reason in `why`.
+bool whisper_genai_runs(const Seq2SeqConfig& cfg, std::string* why);
+// genai_config.json (type whisper: the encoder returns the cross-attention keys and values, the
+// decoder reads them as past_key_cross_<i>) and audio_processor_config.json, as runtime files.
+void add_whisper_genai_files(BuildContext& ctx, const Seq2SeqConfig& cfg);
+
 // Registers spec.model_type for text2text-generation (speech-to-text for an audio row). `spec`
 // is kept by reference: it must live as long as the plugin (a static).
 void register_seq2seq(PluginRegistrar& r, const Seq2SeqSpec& spec);
