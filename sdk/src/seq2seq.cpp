@@ -294,7 +294,9 @@ class Seq2SeqModel : public Module {
       // WhisperEncoder: gelu(conv1(x)), gelu(conv2(.)) (stride 2), [b, frames / 2, d] plus the
       // stored sinusoids of as many positions. GenAI feeds 3000 frames as audio_features.
       const char* name = genai ? "audio_features" : "input_features";
-      Value x = genai ? g.input(name, TensorType(DType::Float, {b, cfg.num_mel_bins, 2 * cfg.max_source_positions}))
+      // GenAI's features come in the encoder's dtype (its processor reads it from the graph) and
+      // its hidden-states buffer takes theirs.
+      Value x = genai ? g.input(name, TensorType(act, {b, cfg.num_mel_bins, 2 * cfg.max_source_positions}))
                       : g.input(name, TensorType(DType::Float, {b, cfg.num_mel_bins, Dim("encoder_sequence_length_in")}));
       x = Cast(x, act);
       x = activation_f32("gelu", conv1->forward(g, x, 1, 1));
