@@ -214,9 +214,17 @@ class Seq2SeqModel : public Module {
     // The token table: T5's and BART's shared one (or, in a checkpoint without it, the copy
     // each side keeps), Whisper's decoder.embed_tokens.
     auto has = [&](const std::string& n) { return ctx.no_weights() || ctx.query_tensor(n).has_value(); };
-    std::string table = s.prefix + "shared";
-    if (s.audio || !has(table + ".weight")) table = dec + "embed_tokens";
+    // An untied checkpoint (tie_word_embeddings false) keeps a table per side beside the shared
+    // one, and each side reads its own (BART's embed_tokens are tied to shared only when the
+    // config ties the embeddings).
+    std::string table = s.prefix + "shared", encoder_table = table;
+    const bool untied = !t5 && !c.tied_head && !ctx.no_weights();
+    if (s.audio || !has(table + ".weight") || (untied && ctx.query_tensor(dec + "embed_tokens.weight")))
+      table = dec + "embed_tokens";
+    if (!s.audio && (!has(encoder_table + ".weight") || (untied && ctx.query_tensor(enc + "embed_tokens.weight"))))
+      encoder_table = enc + "embed_tokens";
     embed = &add<Embedding>(table, c.vocab_size, c.d_model);
+    encoder_embed = encoder_table == table ? embed : &add<Embedding>(encoder_table, c.vocab_size, c.d_model);
     for (int64_t i = 0; i < c.encoder_layers; ++i)
       encoder_layers.push_back(&add<Layer>(enc + (t5 ? "block." : "layers.") + std::to_string(i), s, c, false,
                                            t5 && (i == 0 || s.bias_every_layer)));
@@ -260,7 +268,7 @@ class Seq2SeqModel : public Module {
   // Token embeddings (times the scale), positions and the embedding norm; `positions` int64
   // [s] or [b, s] absolute positions of the tokens, `ids` for M2M's numbering from padding.
   Value embed_tokens(Graph& g, Value ids, Value positions, bool decoder, DType act) const {
-    Value h = embed->forward(g, ids, act);
+    Value h = (decoder ? embed : encoder_embed)->forward(g, ids, act);
     if (cfg.embed_scale != 1.0 && (!decoder || spec.decoder_embed_scale)) h = Mul(h, ScalarLike(h, cfg.embed_scale));
     if (spec.style == Style::T5) return h;
     const Norm* norm = decoder ? decoder_embed_norm : encoder_embed_norm;
@@ -473,7 +481,8 @@ class Seq2SeqModel : public Module {
 
   const Seq2SeqSpec& spec;
   Seq2SeqConfig cfg;
-  Embedding* embed = nullptr;
+  Embedding* embed = nullptr;                  // the decoder's token table (and a tied head's)
+  const Embedding* encoder_embed = nullptr;    // the encoder's: the same, or its own when untied
   std::vector<const Layer*> encoder_layers, decoder_layers;
   const Norm *encoder_final = nullptr, *decoder_final = nullptr, *encoder_embed_norm = nullptr,
              *decoder_embed_norm = nullptr;
@@ -504,8 +513,8 @@ void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConf
   const std::string enc = spec.prefix + "encoder.", dec = spec.prefix + "decoder.";
   // Copies of the token table a checkpoint may keep beside the one read, and the other graph's
   // tensors.
-  for (const std::string& copy : {enc + "embed_tokens.weight", dec + "embed_tokens.weight"})
-    if (copy != m.embed->full_name("weight")) ctx.ignore_tensors(copy);
+  for (const std::string& copy : {spec.prefix + "shared.weight", enc + "embed_tokens.weight", dec + "embed_tokens.weight"})
+    if (copy != m.embed->full_name("weight") && copy != m.encoder_embed->full_name("weight")) ctx.ignore_tensors(copy);
   if (!m.own_head) ctx.ignore_tensors(spec.head + ".weight");
   if (ctx.graph_name() == "encoder_model") {
     ctx.ignore_tensors(dec + "*");
