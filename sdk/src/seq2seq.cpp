@@ -499,6 +499,7 @@ class Seq2SeqModel : public Module {
 }  // namespace
 
 void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg) {
+  check_seq2seq_checkpoint(ctx, spec, cfg);
   Seq2SeqModel m(ctx, spec, cfg);
   if (spec.audio && ctx.runtime() == "ort-genai") {
     std::string why;

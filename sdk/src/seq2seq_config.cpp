@@ -1,4 +1,5 @@
-// seq2seq_config.cpp - config.json of an encoder-decoder row, read and checked
+// seq2seq_config.cpp - config.json of an encoder-decoder row, read and checked, then checked
+// against the checkpoint's layers and Whisper's preprocessor_config.json
 // (mobius/sdk/seq2seq.hpp), and the row's registration.
 #include <cmath>
 
@@ -109,6 +110,80 @@ Seq2SeqConfig read_seq2seq_config(const Seq2SeqSpec& spec, const nlohmann::json&
   if (spec.style == Seq2SeqSpec::Style::T5) sizes.hidden_size = c.encoder_heads * c.head_dim;  // inner dim
   check_encoder_config(r, spec.model_type, sizes);
   return c;
+}
+
+namespace {
+
+[[noreturn]] void config_fail(const std::string& file, const std::string& key, const std::string& why) {
+  throw Error("[config] " + file + ": '" + key + "' " + why);
+}
+
+// One side's layer count against the checkpoint: layer `count - 1` must exist and layer `count`
+// must not, probed by the self-attention's query weight. Nothing is checked when the checkpoint
+// has no layer 0 under that name (no checkpoint, or another layout, which the weight plan reports).
+void check_layer_count(const BuildContext& ctx, const Seq2SeqSpec& spec, const std::string& side, const std::string& key,
+                       int64_t count) {
+  const bool t5 = spec.style == Seq2SeqSpec::Style::T5;
+  auto tensor = [&](int64_t i) {
+    return spec.prefix + side + (t5 ? ".block." : ".layers.") + std::to_string(i) +
+           (t5 ? ".layer.0.SelfAttention.q.weight" : ".self_attn.q_proj.weight");
+  };
+  auto exists = [&](int64_t i) { return ctx.query_tensor(tensor(i)).has_value(); };
+  if (!exists(0)) return;
+  if (!exists(count - 1)) {
+    int64_t lo = 1, hi = count - 1;  // layer lo - 1 exists, layer hi does not: bisect for the count held
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (exists(mid)) lo = mid + 1;
+      else hi = mid;
+    }
+    config_fail("config.json", key, "is " + std::to_string(count) + " but the checkpoint has " + std::to_string(lo) +
+                                        " " + side + (lo == 1 ? " layer" : " layers") + " (no tensor " +
+                                        tensor(count - 1) + ")");
+  }
+  if (exists(count))
+    config_fail("config.json", key, "is " + std::to_string(count) + " but the checkpoint has more " + side +
+                                        " layers (tensor " + tensor(count) + ")");
+}
+
+}  // namespace
+
+void check_seq2seq_checkpoint(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg) {
+  const bool t5 = spec.style == Seq2SeqSpec::Style::T5;
+  // T5 without num_decoder_layers has as many decoder layers as num_layers says.
+  std::string decoder_key = t5 ? "num_decoder_layers" : "decoder_layers";
+  if (t5) {
+    const std::optional<std::string> text = ctx.source_config();
+    if (!text || !parse_config_text(*text, "config.json").contains("num_decoder_layers")) decoder_key = "num_layers";
+  }
+  check_layer_count(ctx, spec, "encoder", t5 ? "num_layers" : "encoder_layers", cfg.encoder_layers);
+  check_layer_count(ctx, spec, "decoder", decoder_key, cfg.decoder_layers);
+  if (!spec.audio) return;
+  // Whisper's front end: conv1 [d_model, num_mel_bins, 3], and the feature extractor's
+  // preprocessor_config.json (feature_size mel bins from n_fft-point frames hop_length apart, at
+  // sampling_rate, padded to chunk_length seconds).
+  const std::string conv1 = spec.prefix + "encoder.conv1.weight";
+  const auto conv = ctx.query_tensor(conv1);
+  const bool has_conv = conv && conv->dims.size() == 3;
+  if (has_conv && conv->dims[1] != cfg.num_mel_bins)
+    config_fail("config.json", "num_mel_bins", "is " + std::to_string(cfg.num_mel_bins) +
+                                                   " but the checkpoint's conv1 takes " + std::to_string(conv->dims[1]) +
+                                                   " input channels (tensor " + conv1 + ", shape " +
+                                                   shape_text(conv->dims) + ")");
+  const std::optional<std::string> text = ctx.read_source_file("preprocessor_config.json");
+  if (!text) return;
+  const nlohmann::json j = parse_config_text(*text, "preprocessor_config.json");
+  const ConfigReader r(j, "preprocessor_config.json");
+  for (const char* key : {"n_fft", "hop_length", "sampling_rate", "chunk_length"})
+    if (r.has(key) && !(j.at(key).is_number() && j.at(key).get<double>() > 0))
+      r.fail(key, std::string(j.at(key).is_number() ? "must be positive" : "must be a positive number") + ", got " +
+                      describe_value(j.at(key)));
+  if (r.has("feature_size") && r.get_int("feature_size") != cfg.num_mel_bins)
+    r.fail("feature_size", "is " + std::to_string(r.get_int("feature_size")) + " but config.json's 'num_mel_bins' is " +
+                               std::to_string(cfg.num_mel_bins) +
+                               (has_conv ? " and the checkpoint's conv1 takes " + std::to_string(conv->dims[1]) +
+                                               " input channels (tensor " + conv1 + ")"
+                                         : std::string()));
 }
 
 void register_seq2seq(PluginRegistrar& r, const Seq2SeqSpec& spec) {

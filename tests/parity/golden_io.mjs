@@ -1,6 +1,8 @@
 // golden_io.mjs - what the Node test scripts share: finding node_modules and onnxruntime-node, a
-// build's model file, reading safetensors (with half floats), and a golden case (case.json and
-// reference.safetensors) with its steps' id feeds; see tests/golden/README.md for a case's layout.
+// build's model file, reading safetensors (with half floats), a golden case (case.json and
+// reference.safetensors) with its steps' id feeds, and reference tensors fed to a graph's inputs
+// and compared with its outputs (component_parity.mjs, seq2seq_parity.mjs); see
+// tests/golden/README.md for a case's layout.
 //
 // A function that meets a usage or I/O error calls fail(message), which must not return: each
 // script passes its own die(), which prints "<script>: error: message" and exits with status 2.
@@ -153,6 +155,115 @@ export function idFeeds(ort, inputs, ref, step) {
   return feeds;
 }
 
+// float32 -> IEEE half bits, rounding to nearest even (what a float16 graph input takes).
+const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+function floatToHalf(v) {
+  f32[0] = v;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);  // inf, nan
+  let e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;  // overflow: inf
+  if (e <= 0) {  // subnormal half (or zero)
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let h = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1), half = 1 << (shift - 1);
+    if (rem > half || (rem === half && (h & 1))) h++;
+    return sign | h;
+  }
+  let h = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (h & 1))) h++;  // may carry into the exponent: correct
+  return sign | h;
+}
+
+// The reference tensor `t` ({shape, data}) as an ort.Tensor of the model input's type.
+export function feedFor(ort, meta, t) {
+  const n = t.data.length;
+  const num = (v) => (typeof v === 'bigint' ? Number(v) : v);
+  const isInt = t.data instanceof BigInt64Array || t.data instanceof Int32Array ||
+                t.data instanceof Int16Array || t.data instanceof Int8Array;
+  switch (meta.type) {
+    case 'int64': return new ort.Tensor('int64', BigInt64Array.from(t.data, (v) => BigInt(Math.round(num(v)))), t.shape);
+    case 'int32': return new ort.Tensor('int32', Int32Array.from(t.data, (v) => Math.round(num(v))), t.shape);
+    case 'float32': return new ort.Tensor('float32', Float32Array.from(t.data, num), t.shape);
+    case 'float64': return new ort.Tensor('float64', Float64Array.from(t.data, num), t.shape);
+    case 'float16': {
+      const bits = new Uint16Array(n);
+      for (let i = 0; i < n; ++i) bits[i] = floatToHalf(num(t.data[i]));
+      return new ort.Tensor('float16', bits, t.shape);
+    }
+    case 'bool': return new ort.Tensor('bool', Uint8Array.from(t.data, (v) => (num(v) ? 1 : 0)), t.shape);
+    default:
+      throw new Error(`input '${meta.name}' has type ${meta.type}, which this harness does not feed` +
+                      (isInt ? ' (the reference is integer)' : ''));
+  }
+}
+
+// An output tensor's values as numbers.
+export function asFloat(t) {
+  if (t.type === 'float32' || t.type === 'float64') return t.data;
+  if (t.type === 'float16') {
+    const d = t.data;
+    return d instanceof Uint16Array ? Float32Array.from(d, halfToFloat) : Float32Array.from(d);
+  }
+  if (t.type === 'int64') return Float64Array.from(t.data, (v) => Number(v));
+  if (['int32', 'int16', 'int8', 'uint8', 'bool'].includes(t.type)) return Float64Array.from(t.data, Number);
+  throw new Error(`dtype ${t.type} cannot be compared`);
+}
+
+// The multi-dimensional index of flat position i in a tensor of `shape`.
+function unflatten(i, shape) {
+  const idx = new Array(shape.length);
+  for (let d = shape.length - 1; d >= 0; --d) {
+    idx[d] = i % shape[d];
+    i = Math.floor(i / shape[d]);
+  }
+  return idx;
+}
+
+// Output `name` (an ort.Tensor) against its reference `expected` ({shape, data}, named `refName`):
+// every element must satisfy |got - expected| <= atol + rtol * |expected|. `mask` (the reference
+// attention_mask, [batch, seq], or null): per-token positions where it is 0 are skipped. Returns
+// {output, reference, pass, compared, bad, maxAbs, worst (the worst |diff| / tolerance), where
+// (index, onnx, expected of the worst), error (a shape mismatch, nothing compared)}.
+export function compare(name, refName, got, expected, atol, rtol, mask) {
+  const r = { output: name, reference: refName, pass: false, compared: 0, bad: 0, maxAbs: 0, worst: 0, where: null };
+  const shape = expected.shape;
+  if (got.dims.length !== shape.length || got.dims.some((d, i) => d !== shape[i])) {
+    r.error = `shape [${got.dims}] != expected [${shape}]`;
+    return r;
+  }
+  const g = asFloat(got), e = expected.data;
+  const perToken = mask && shape.length >= 3 && shape[0] === mask.shape[0] && shape[1] === mask.shape[1];
+  const inner = perToken ? shape.slice(2).reduce((a, b) => a * b, 1) : 1;
+  let worstAt = -1, worstRatio = -1;
+  for (let i = 0; i < e.length; ++i) {
+    if (perToken && Number(mask.data[Math.floor(i / inner)]) === 0) continue;
+    const x = Number(g[i]), y = Number(e[i]);
+    const d = Math.abs(x - y);
+    const tol = atol + rtol * Math.abs(y);
+    r.compared++;
+    const ratio = Number.isNaN(d) ? Infinity : tol > 0 ? d / tol : (d > 0 ? Infinity : 0);
+    if (!(d <= tol)) r.bad++;
+    if (ratio > worstRatio) {
+      worstRatio = ratio;
+      worstAt = i;
+    }
+    if (!(d <= r.maxAbs)) r.maxAbs = Number.isNaN(d) ? Infinity : d;
+  }
+  r.worst = worstRatio;
+  if (worstAt >= 0)
+    r.where = { index: unflatten(worstAt, shape), onnx: Number(g[worstAt]), expected: Number(e[worstAt]) };
+  r.pass = r.bad === 0 && r.compared > 0;
+  if (r.compared === 0) r.error = 'empty output: nothing to compare';
+  return r;
+}
+
 // Command-line options: `options` maps each option to [key, kind], kind 'string', 'number' or
 // 'flag' (false unless given). An unknown argument, a missing value, a missing `required` key
 // and a negative --atol/--rtol are die(message), with `usage` where it helps.
@@ -177,12 +288,14 @@ export function parseOptions(argv, options, required, usage, die) {
   return a;
 }
 
-// The transformers.js Auto class that loads a model of an encoder or speech case's task
-// (case.json's "task"), or undefined.
+// The transformers.js Auto class that loads a model of an encoder, speech or encoder-decoder
+// case's task (case.json's "task"), or undefined.
 export const TJS_AUTO_CLASS = {
   'feature-extraction': 'AutoModel',
   'sequence-classification': 'AutoModelForSequenceClassification',
   'token-classification': 'AutoModelForTokenClassification',
   'fill-mask': 'AutoModelForMaskedLM',
   'ctc': 'AutoModelForCTC',
+  'text2text-generation': 'AutoModelForSeq2SeqLM',
+  'speech-to-text': 'AutoModelForSpeechSeq2Seq',
 };

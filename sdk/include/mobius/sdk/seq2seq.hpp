@@ -89,6 +89,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Seq2SeqConfig, model_type, vocab
 // config.json read and checked for the row (each fault names its key).
 Seq2SeqConfig read_seq2seq_config(const Seq2SeqSpec& spec, const nlohmann::json& config_json);
 
+// The config against what the build reads beside it, each fault a mobius::Error naming the file
+// and the key: the encoder's and the decoder's layer counts against the checkpoint's layers
+// (layer count - 1 held, layer count not), and for an audio row num_mel_bins against conv1's
+// input channels and preprocessor_config.json (feature_size equal to num_mel_bins; n_fft,
+// hop_length, sampling_rate and chunk_length positive). Without a checkpoint (a graph-only
+// build) only the preprocessor is checked.
+void check_seq2seq_checkpoint(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg);
+
 // The graph BuildContext::graph_name() names ("encoder_model" or "decoder_model_merged").
 void build_seq2seq(BuildContext& ctx, const Seq2SeqSpec& spec, const Seq2SeqConfig& cfg);
 
