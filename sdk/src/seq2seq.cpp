@@ -64,7 +64,7 @@ class FeedForward : public Module {
     out = &add<Linear>(t5 ? "DenseReluDense.wo" : "fc2", ffn, c.d_model, !t5);
   }
   Value forward(Graph& g, Value x) const {
-    Value h = activation_f32(act, in->forward(g, x));
+    Value h = encoder_activation(g, act, in->forward(g, x));
     if (gate) h = Mul(h, gate->forward(g, x));
     return out->forward(g, h);
   }
@@ -297,7 +297,7 @@ class Seq2SeqModel : public Module {
   void build_encoder(BuildContext& ctx, Graph& g) const {
     const DType act = activation_dtype(ctx);
     const Dim b("batch_size"), s("encoder_sequence_length");
-    Value h, bias;
+    Value h, bias, key_padding;
     if (spec.audio) {
       // WhisperEncoder: gelu(conv1(x)), gelu(conv2(.)) (stride 2), [b, frames / 2, d] plus the
       // stored sinusoids of as many positions. GenAI feeds 3000 frames as audio_features.
@@ -307,8 +307,8 @@ class Seq2SeqModel : public Module {
       Value x = genai ? g.input(name, TensorType(act, {b, cfg.num_mel_bins, 2 * cfg.max_source_positions}))
                       : g.input(name, TensorType(DType::Float, {b, cfg.num_mel_bins, Dim("encoder_sequence_length_in")}));
       x = Cast(x, act);
-      x = activation_f32("gelu", conv1->forward(g, x, 1, 1));
-      x = activation_f32("gelu", conv2->forward(g, x, 1, 1));
+      x = encoder_activation(g, "gelu", conv1->forward(g, x, 1, 1));
+      x = encoder_activation(g, "gelu", conv2->forward(g, x, 1, 1));
       h = Transpose(x, {0, 2, 1});
       Value n = DimOf(h, 1);
       Value table = encoder_positions->param(g, "weight", act);
@@ -317,6 +317,7 @@ class Seq2SeqModel : public Module {
       Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));
       Value mask = g.input("attention_mask", TensorType(DType::Int64, {b, s}));
       bias = padding_bias(g, mask);
+      if (ort_ops(ctx) && act == DType::Float) key_padding = Cast(mask, DType::Int32);
       Value n = Squeeze(DimOf(ids, 1), {0});
       Value positions = spec.positions == Seq2SeqSpec::Positions::Fairseq ? fairseq_positions(g, ids, Int(g, 0))
                                                                            : Range(Int(g, 0), n, Int(g, 1));
@@ -328,22 +329,23 @@ class Seq2SeqModel : public Module {
     }
     for (const Layer* l : encoder_layers) {
       ScopeGuard sg(g, l->path());
-      Value layer_bias = bias;
+      // T5's position bias: the first layer's table (every layer's own in UMT5), computed once
+      // per table.
+      Value pb;
       if (spec.style == Style::T5) {
-        Value pb = shared_bias;
+        pb = shared_bias;
         if (l->bias_table && l != encoder_layers[0]) {
           Value n = Squeeze(DimOf(h, 1), {0});
           Value pos = Range(Int(g, 0), n, Int(g, 1));
           pb = t5_position_bias(g, *l->bias_table, pos, pos, true, cfg);
-        } else if (l->bias_table) {
-          pb = shared_bias;
         }
-        layer_bias = Add(bias, pb);
       }
       h = residual(g, pre_norm(), *l->self_norm, h, [&](Value x) {
         const Attention& a = *l->self;
+        if (ort_ops(ctx) && x.dtype() == DType::Float) return fused_self_attention(g, a, x, key_padding, pb);
+        Value b = pb.valid() ? (bias.valid() ? Add(bias, pb) : pb) : bias;
         return a.attend(g, a.heads_first(a.q->forward(g, x)), a.heads_first(a.k->forward(g, x)),
-                        a.heads_first(a.v->forward(g, x)), layer_bias);
+                        a.heads_first(a.v->forward(g, x)), b);
       });
       h = residual(g, pre_norm(), *l->ffn_norm, h, [&](Value x) { return l->ffn->forward(g, x); });
     }
@@ -363,6 +365,19 @@ class Seq2SeqModel : public Module {
   }
 
   bool pre_norm() const { return spec.style == Style::T5 || spec.pre_norm; }
+
+  // Self-attention of x as one MultiHeadAttention (com.microsoft; its CPU kernel computes the
+  // scores and softmax in float32, as the eager form): the padding as its key_padding_mask (int32
+  // [b, s]), T5's position bias as its attention_bias, the family's scale.
+  Value fused_self_attention(Graph& g, const Attention& a, Value x, Value key_padding, Value position_bias) const {
+    std::vector<Value> in = {a.q->forward(g, x), a.k->forward(g, x), a.v->forward(g, x), Value(), key_padding};
+    if (position_bias.valid()) in.push_back(position_bias);
+    Value o = g.node("MultiHeadAttention", in, {TensorType(x.dtype(), {x.dim(0), x.dim(1), Dim(a.heads * a.head_dim)})},
+                     {Attr("num_heads", a.heads), Attr("scale", a.scale),
+                      Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
+                     "com.microsoft")[0];
+    return a.o->forward(g, o);
+  }
 
   // The decoder's cache names: transformers.js's and Optimum's past_key_values.<i>.decoder.key
   // and present.<i>.decoder.key, or GenAI's past_key_self_<i> and present_key_self_<i>; the
