@@ -31,8 +31,9 @@
 //     return_timestamps unset, its prompt is decoder_start_token_id alone
 //     (_retrieve_init_tokens, models/whisper/modeling_whisper.js), and nothing is written into the
 //     folder for it.
-// A model type transformers.js has no class for (umt5, pegasus in 4.3.2: no entry in configs.js's
-// getNormalizedConfig, none in the seq2seq Auto mappings) must be refused by transformers.js
+// mobius names umt5 and pegasus, which transformers.js 4.3.2 has no class for (no entry in
+// configs.js's getNormalizedConfig, none in the seq2seq Auto mappings), mt5 and bart in the folder's
+// config.json; a type transformers.js still has no class for must be refused by transformers.js
 // itself ("Unsupported model type: <type>", models/auto/modeling_auto.js); the refusal is checked,
 // the rest cannot run: 'SKIP <reason>', exit 77.
 // Exit status: 0 every check passed; 1 one failed, or the folder did not load or run; 2 usage;
