@@ -400,7 +400,7 @@ class Seq2SeqModel : public Module {
     const Dim b("batch_size"), s("decoder_sequence_length"), es("encoder_sequence_length");
     const Dim past("past_decoder_sequence_length"), cross_len("encoder_sequence_length_out");
     Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));
-    Value enc_mask, enc, cached;
+    Value enc_mask, enc;
     if (!spec.audio) enc_mask = g.input("encoder_attention_mask", TensorType(DType::Int64, {b, es}));
     if (!genai) enc = g.input("encoder_hidden_states", TensorType(act, {b, es, cfg.d_model}));
     std::vector<std::array<Value, 4>> pasts;
@@ -410,8 +410,52 @@ class Seq2SeqModel : public Module {
       pasts.push_back({g.input(self_cache_name(true, i, "key"), self_t), g.input(self_cache_name(true, i, "value"), self_t),
                        g.input(cross_cache_name(i, "key"), cross_t), g.input(cross_cache_name(i, "value"), cross_t)});
     }
-    if (!genai) cached = Squeeze(g.input("use_cache_branch", TensorType(DType::Bool, {1})), {0});
+    if (genai) {
+      // GenAI's decoder reads the cross-attention keys and values its encoder computed.
+      for (const auto& [name, v] : decoder_body(g, ids, enc_mask, enc, pasts, Cross::Inputs)) g.output(v, name);
+      return;
+    }
+    // Two branches of one If on use_cache_branch, the decoder in each: the first step's projects
+    // the cross-attention keys and values from encoder_hidden_states and returns them; the later
+    // steps' reads them from the past entries where they are (no copy) and returns empty
+    // placeholders for them, as Optimum's merged decoders do. One If, so a step pays one
+    // subgraph's overhead, not one per layer.
+    Value cached = Squeeze(g.input("use_cache_branch", TensorType(DType::Bool, {1})), {0});
+    std::vector<std::pair<std::string, Value>> branch_outputs[2];
+    std::shared_ptr<Graph> branches[2];
+    for (int k = 0; k < 2; ++k) {
+      branches[k] = g.subgraph(k == 0 ? "cached" : "first_step");
+      Graph& sg = *branches[k];
+      auto outer = [&](Value v) { return v.valid() ? sg.outer(v) : Value(); };
+      std::vector<std::array<Value, 4>> sub_pasts;
+      for (const auto& p : pasts) sub_pasts.push_back({outer(p[0]), outer(p[1]), outer(p[2]), outer(p[3])});
+      branch_outputs[k] = decoder_body(sg, outer(ids), outer(enc_mask), outer(enc), sub_pasts,
+                                       k == 0 ? Cross::Cached : Cross::Computed);
+      for (const auto& [name, v] : branch_outputs[k]) sg.output(v, sg.fresh_name(name));
+    }
+    std::vector<TensorType> types;
+    for (size_t i = 0; i < branch_outputs[1].size(); ++i) {
+      TensorType t = branch_outputs[1][i].second.type();
+      for (size_t d = 0; d < t.dims.size(); ++d)  // a dim the branches disagree on is left unnamed
+        if (!(t.dims[d] == branch_outputs[0][i].second.type().dims[d])) t.dims[d] = Dim();
+      types.push_back(t);
+    }
+    auto outs = g.node("If", {cached}, types, {Attr("then_branch", branches[0]), Attr("else_branch", branches[1])});
+    for (size_t i = 0; i < outs.size(); ++i) g.output(outs[i], branch_outputs[1][i].first);
+  }
 
+  // Where a decoder step's cross-attention keys and values come from: the past inputs (GenAI's
+  // decoder: its encoder computed them; returned nowhere), the past inputs of a cached step (the
+  // present entries are empty placeholders), or the encoder's output on a first step (projected,
+  // and returned as the present entries).
+  enum class Cross { Inputs, Cached, Computed };
+
+  // The decoder on `g` (the graph or a branch of its If): the named outputs, logits first.
+  std::vector<std::pair<std::string, Value>> decoder_body(Graph& g, Value ids, Value enc_mask, Value enc,
+                                                         const std::vector<std::array<Value, 4>>& pasts,
+                                                         Cross cross) const {
+    const DType act = activation_dtype(g.context());
+    std::vector<std::pair<std::string, Value>> outputs = {{"logits", Value()}};
     // Positions past .. past + s - 1 (the cache's length is the step's offset).
     Value past_len = DimOf(pasts[0][0], 2);
     Value n = DimOf(ids, 1);
@@ -443,15 +487,24 @@ class Seq2SeqModel : public Module {
         const Attention& a = *l->self;
         Value k = Concat({pasts[i][0], a.heads_first(a.k->forward(g, x))}, 2);
         Value v = Concat({pasts[i][1], a.heads_first(a.v->forward(g, x))}, 2);
-        g.output(k, self_cache_name(false, static_cast<int64_t>(i), "key"));
-        g.output(v, self_cache_name(false, static_cast<int64_t>(i), "value"));
+        outputs.emplace_back(self_cache_name(false, static_cast<int64_t>(i), "key"), k);
+        outputs.emplace_back(self_cache_name(false, static_cast<int64_t>(i), "value"), v);
         return a.attend(g, a.heads_first(a.q->forward(g, x)), k, v, layer_bias);
       });
       h = residual(g, pre_norm(), *l->cross_norm, h, [&](Value x) {
         const Attention& a = *l->cross;
-        // GenAI's decoder reads the keys and values its encoder computed.
-        if (genai) return a.attend(g, a.heads_first(a.q->forward(g, x)), pasts[i][2], pasts[i][3], Value());
-        return cross_attention(g, a, x, enc, cross_bias, cached, pasts[i][2], pasts[i][3], static_cast<int64_t>(i));
+        Value q = a.heads_first(a.q->forward(g, x));
+        if (cross != Cross::Computed) {
+          if (cross == Cross::Cached) {
+            outputs.emplace_back(cross_present_name(static_cast<int64_t>(i), "key"), Slice(pasts[i][2], {0}, {0}, {2}));
+            outputs.emplace_back(cross_present_name(static_cast<int64_t>(i), "value"), Slice(pasts[i][3], {0}, {0}, {2}));
+          }
+          return a.attend(g, q, pasts[i][2], pasts[i][3], cross_bias);
+        }
+        Value k = a.heads_first(a.k->forward(g, enc)), v = a.heads_first(a.v->forward(g, enc));
+        outputs.emplace_back(cross_present_name(static_cast<int64_t>(i), "key"), k);
+        outputs.emplace_back(cross_present_name(static_cast<int64_t>(i), "value"), v);
+        return a.attend(g, q, k, v, cross_bias);
       });
       h = residual(g, pre_norm(), *l->ffn_norm, h, [&](Value x) { return l->ffn->forward(g, x); });
     }
@@ -459,40 +512,10 @@ class Seq2SeqModel : public Module {
     if (cfg.scale_logits) h = Mul(h, ScalarLike(h, 1.0 / std::sqrt(static_cast<double>(cfg.d_model))));
     Value logits = own_head ? lm_head->forward(g, h) : embed->tied_logits(g, h);
     if (logits_bias) logits = Add(logits, logits_bias->forward(g, logits.dtype()));
-    g.output(logits, "logits");
+    outputs.front().second = logits;
+    return outputs;
   }
 
-  // Cross-attention: on the first step (use_cache_branch false) the keys and values are
-  // projected from the encoder's output and returned as the present entries; later steps read
-  // them from the past entries and return empty placeholders. One If per layer: the projection
-  // runs only on the first step, and the cached keys are read where they are (no copy).
-  Value cross_attention(Graph& g, const Attention& a, Value x, Value enc, Value bias, Value cached, Value past_k,
-                        Value past_v, int64_t i) const {
-    Value q = a.heads_first(a.q->forward(g, x));
-    const TensorType out_t(x.dtype(), {x.dim(0), x.dim(1), Dim(a.heads * a.head_dim)});
-    const TensorType kv_t = past_k.type();
-    auto reuse = g.subgraph("cross_cached");
-    {
-      Graph& sg = *reuse;
-      Value k = sg.outer(past_k), v = sg.outer(past_v);
-      sg.output(a.attend_heads(sg, sg.outer(q), k, v, bias.valid() ? sg.outer(bias) : Value()), sg.fresh_name("o"));
-      sg.output(Slice(k, {0}, {0}, {2}), sg.fresh_name("k"));
-      sg.output(Slice(v, {0}, {0}, {2}), sg.fresh_name("v"));
-    }
-    auto compute = g.subgraph("cross_computed");
-    {
-      Graph& sg = *compute;
-      Value e = sg.outer(enc);
-      Value k = a.heads_first(a.k->forward(sg, e)), v = a.heads_first(a.v->forward(sg, e));
-      sg.output(a.attend_heads(sg, sg.outer(q), k, v, bias.valid() ? sg.outer(bias) : Value()), sg.fresh_name("o"));
-      sg.output(k, sg.fresh_name("k"));
-      sg.output(v, sg.fresh_name("v"));
-    }
-    auto outs = g.node("If", {cached}, {out_t, kv_t, kv_t}, {Attr("then_branch", reuse), Attr("else_branch", compute)});
-    g.output(outs[1], cross_present_name(i, "key"));
-    g.output(outs[2], cross_present_name(i, "value"));
-    return a.o->forward(g, outs[0]);
-  }
 
   const Seq2SeqSpec& spec;
   Seq2SeqConfig cfg;
