@@ -31,13 +31,20 @@ class Attention : public Module {
     o = &add<Linear>(t5 ? "o" : "out_proj", inner, c.d_model, !t5);
     scale = t5 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(head_dim));
   }
+  // The queries of x, scaled, [b, heads, s, head_dim]. The scale multiplies the projection (s
+  // values a head, as BART's q_proj(x) * scaling) rather than the scores (s * t): ONNX Runtime
+  // would fold a scale next to q . K^T into that MatMul's alpha, and its CPU kernel takes a
+  // decoder step's product with a long cross cache at a third of the speed when alpha is not 1.
+  Value query(Graph& g, Value x) const {
+    Value y = q->forward(g, x);
+    return heads_first(scale != 1.0 ? Mul(y, ScalarLike(y, scale)) : y);
+  }
   // x [b, s, heads * head_dim] -> [b, heads, s, head_dim]
   Value heads_first(Value x) const { return Transpose(Reshape(x, {0, 0, heads, head_dim}), {0, 2, 1, 3}); }
-  // softmax(q k^T * scale + bias) v over [b, h, s, d] values, scores and softmax in float32,
-  // back to [b, s, h * d] (attend: and through o).
+  // softmax(q k^T + bias) v over [b, h, s, d] values (q from query(), scaled), scores and
+  // softmax in float32, back to [b, s, h * d] (attend: and through o).
   Value attend_heads(Graph& g, Value qh, Value kh, Value vh, Value bias) const {
     Value scores = Cast(MatMul(qh, Transpose(kh, {0, 1, 3, 2})), DType::Float);
-    if (scale != 1.0) scores = Mul(scores, Scalar(g, DType::Float, scale));
     if (bias.valid()) scores = Add(scores, bias);
     Value probs = Cast(Softmax(scores, -1), vh.dtype());
     return Reshape(Transpose(MatMul(probs, vh), {0, 2, 1, 3}), {0, 0, heads * head_dim});
@@ -344,7 +351,7 @@ class Seq2SeqModel : public Module {
         const Attention& a = *l->self;
         if (ort_ops(ctx) && x.dtype() == DType::Float) return fused_self_attention(g, a, x, key_padding, pb);
         Value b = pb.valid() ? (bias.valid() ? Add(bias, pb) : pb) : bias;
-        return a.attend(g, a.heads_first(a.q->forward(g, x)), a.heads_first(a.k->forward(g, x)),
+        return a.attend(g, a.query(g, x), a.heads_first(a.k->forward(g, x)),
                         a.heads_first(a.v->forward(g, x)), b);
       });
       h = residual(g, pre_norm(), *l->ffn_norm, h, [&](Value x) { return l->ffn->forward(g, x); });
@@ -489,11 +496,11 @@ class Seq2SeqModel : public Module {
         Value v = Concat({pasts[i][1], a.heads_first(a.v->forward(g, x))}, 2);
         outputs.emplace_back(self_cache_name(false, static_cast<int64_t>(i), "key"), k);
         outputs.emplace_back(self_cache_name(false, static_cast<int64_t>(i), "value"), v);
-        return a.attend(g, a.heads_first(a.q->forward(g, x)), k, v, layer_bias);
+        return a.attend(g, a.query(g, x), k, v, layer_bias);
       });
       h = residual(g, pre_norm(), *l->cross_norm, h, [&](Value x) {
         const Attention& a = *l->cross;
-        Value q = a.heads_first(a.q->forward(g, x));
+        Value q = a.query(g, x);
         if (cross != Cross::Computed) {
           if (cross == Cross::Cached) {
             outputs.emplace_back(cross_present_name(static_cast<int64_t>(i), "key"), Slice(pasts[i][2], {0}, {0}, {2}));
