@@ -22,7 +22,8 @@ using Style = Seq2SeqSpec::Style;
 // q_proj, k_proj, v_proj, out_proj with them, Whisper's k_proj without).
 class Attention : public Module {
  public:
-  Attention(const Seq2SeqSpec& s, const Seq2SeqConfig& c, int64_t heads) : heads(heads), head_dim(c.head_dim) {
+  Attention(const Seq2SeqSpec& s, const Seq2SeqConfig& c, int64_t heads, int64_t head_dim)
+      : heads(heads), head_dim(head_dim) {
     const bool t5 = s.style == Style::T5;
     const int64_t inner = heads * head_dim;
     q = &add<Linear>(t5 ? "q" : "q_proj", c.d_model, inner, !t5);
@@ -105,11 +106,12 @@ class Layer : public Module {
   Layer(const Seq2SeqSpec& s, const Seq2SeqConfig& c, bool decoder, bool relative_bias) {
     const int64_t heads = decoder ? c.decoder_heads : c.encoder_heads;
     const bool t5 = s.style == Style::T5;
-    self = &add<Attention>(t5 ? "layer.0.SelfAttention" : "self_attn", s, c, heads);
+    const int64_t head_dim = decoder ? c.decoder_head_dim : c.head_dim;
+    self = &add<Attention>(t5 ? "layer.0.SelfAttention" : "self_attn", s, c, heads, head_dim);
     self_norm = &attach_norm(t5 ? "layer.0.layer_norm" : "self_attn_layer_norm", s, c);
     if (relative_bias) bias_table = &add<Embedding>("layer.0.SelfAttention.relative_attention_bias", c.relative_buckets, heads);
     if (decoder) {
-      cross = &add<Attention>(t5 ? "layer.1.EncDecAttention" : "encoder_attn", s, c, heads);
+      cross = &add<Attention>(t5 ? "layer.1.EncDecAttention" : "encoder_attn", s, c, heads, head_dim);
       cross_norm = &attach_norm(t5 ? "layer.1.layer_norm" : "encoder_attn_layer_norm", s, c);
     }
     const std::string ff = t5 ? (decoder ? "layer.2" : "layer.1") : "";
@@ -403,7 +405,7 @@ class Seq2SeqModel : public Module {
 
   void build_decoder(BuildContext& ctx, Graph& g) const {
     const DType act = activation_dtype(ctx);
-    const int64_t heads = cfg.decoder_heads, hd = cfg.head_dim;
+    const int64_t heads = cfg.decoder_heads, hd = cfg.decoder_head_dim;
     const Dim b("batch_size"), s("decoder_sequence_length"), es("encoder_sequence_length");
     const Dim past("past_decoder_sequence_length"), cross_len("encoder_sequence_length_out");
     Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));

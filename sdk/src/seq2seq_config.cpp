@@ -26,6 +26,7 @@ void read_t5(const ConfigReader& r, Seq2SeqConfig& c) {
   c.vocab_size = positive(r, "vocab_size", 32128);
   c.d_model = positive(r, "d_model", 512);
   c.head_dim = positive(r, "d_kv", 64);
+  c.decoder_head_dim = c.head_dim;
   c.encoder_ffn = c.decoder_ffn = positive(r, "d_ff", 2048);
   c.encoder_layers = positive(r, "num_layers", 6);
   c.decoder_layers = r.has("num_decoder_layers") ? positive(r, "num_decoder_layers") : c.encoder_layers;
@@ -64,9 +65,8 @@ void read_bart(const Seq2SeqSpec& s, const ConfigReader& r, Seq2SeqConfig& c) {
   c.decoder_ffn = positive(r, "decoder_ffn_dim");
   if (c.d_model % c.encoder_heads) r.fail("encoder_attention_heads", "must divide d_model " + std::to_string(c.d_model));
   if (c.d_model % c.decoder_heads) r.fail("decoder_attention_heads", "must divide d_model " + std::to_string(c.d_model));
-  if (c.d_model / c.encoder_heads != c.d_model / c.decoder_heads)
-    r.fail("decoder_attention_heads", "gives another head size than encoder_attention_heads");
   c.head_dim = c.d_model / c.encoder_heads;
+  c.decoder_head_dim = c.d_model / c.decoder_heads;
   c.act = r.get_string("activation_function", std::string("gelu"));
   check_activation(r, "activation_function", c.act);
   c.eps = 1e-5;  // torch.nn.LayerNorm's default: no config key

@@ -60,7 +60,7 @@ void add_whisper_genai_files(BuildContext& ctx, const Seq2SeqConfig& cfg) {
                                                 ") is not a token id below vocab_size " + std::to_string(cfg.vocab_size));
   const json session = {{"log_id", "onnxruntime-genai"}, {"provider_options", json::array()}};
   auto sizes = [&](json j) {
-    j["head_size"] = cfg.head_dim;
+    j["head_size"] = cfg.decoder_head_dim;
     j["hidden_size"] = cfg.d_model;
     j["num_hidden_layers"] = cfg.decoder_layers;
     j["num_attention_heads"] = cfg.decoder_heads;
@@ -76,6 +76,7 @@ void add_whisper_genai_files(BuildContext& ctx, const Seq2SeqConfig& cfg) {
                           {"cross_present_value_names", "present_value_cross_%d"}}}});
   encoder["num_hidden_layers"] = cfg.encoder_layers;
   encoder["num_attention_heads"] = encoder["num_key_value_heads"] = cfg.encoder_heads;
+  encoder["head_size"] = cfg.head_dim;
   json decoder = sizes({{"session_options", session},
                         {"filename", "decoder_model_merged.onnx"},
                         {"inputs",

@@ -4,7 +4,7 @@
 
 Writes a Whisper checkpoint of random weights (numpy, seeded) with the frame count GenAI's
 Whisper runner feeds (3000 frames: max_source_positions 1500) and small other sizes (d_model 64,
-2 + 2 layers, 4 heads, vocab 300), builds it with `mobius build` and no --runtime (GenAI's layout),
+2 + 2 layers, 8 encoder and 4 decoder heads, vocab 300), builds it with `mobius build` and no --runtime (GenAI's layout),
 then generates greedily from random log-mel features and a 4-token decoder prompt with GenAI's own
 generator (og.Generator, audio_features through set_inputs) and with a plain ONNX Runtime loop
 over the folder's two graphs (the encoder once, the decoder with its self cache growing and the
@@ -23,6 +23,7 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 
 D, LAYERS, HEADS, FFN, VOCAB, MELS, SOURCE, TARGET = 64, 2, 4, 96, 300, 80, 1500, 64
+ENCODER_HEADS = 8  # head sizes of their own per side: 8 of 8 in the encoder, 4 of 16 in the decoder
 EOS, START = 257, 258
 PROMPT = [START, 259, 260, 261]
 
@@ -79,7 +80,7 @@ def checkpoint(folder):
     os.makedirs(folder, exist_ok=True)
     save_safetensors(os.path.join(folder, "model.safetensors"), tensors(np.random.default_rng(7)))
     config = {"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper", "d_model": D,
-              "encoder_layers": LAYERS, "decoder_layers": LAYERS, "encoder_attention_heads": HEADS,
+              "encoder_layers": LAYERS, "decoder_layers": LAYERS, "encoder_attention_heads": ENCODER_HEADS,
               "decoder_attention_heads": HEADS, "encoder_ffn_dim": FFN, "decoder_ffn_dim": FFN,
               "activation_function": "gelu", "num_mel_bins": MELS, "max_source_positions": SOURCE,
               "max_target_positions": TARGET, "vocab_size": VOCAB, "pad_token_id": EOS, "bos_token_id": EOS,

@@ -69,6 +69,7 @@ struct Seq2SeqConfig {
   std::string model_type;
   int64_t vocab_size = 0, d_model = 0, encoder_layers = 0, decoder_layers = 0, encoder_heads = 0,
           decoder_heads = 0, encoder_ffn = 0, decoder_ffn = 0, head_dim = 0, max_positions = 0;
+  int64_t decoder_head_dim = 0;      // the decoder's head size when it differs (BART style: d_model / its heads)
   std::string act = "gelu";
   bool gated = false;                // T5 v1.1 / FLAN / UMT5: act(wi_0) * wi_1
   double eps = 1e-5;
@@ -82,7 +83,7 @@ struct Seq2SeqConfig {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Seq2SeqConfig, model_type, vocab_size, d_model, encoder_layers,
                                                 decoder_layers, encoder_heads, decoder_heads, encoder_ffn, decoder_ffn,
-                                                head_dim, max_positions, act, gated, eps, embed_scale, pad_token_id,
+                                                head_dim, decoder_head_dim, max_positions, act, gated, eps, embed_scale, pad_token_id,
                                                 tied_head, scale_logits, relative_buckets, relative_max_distance,
                                                 num_mel_bins, max_source_positions, decoder_start_token_id)
 
