@@ -29,7 +29,7 @@
 // The last line is "component parity: N passed, M failed" (counting outputs).
 import fs from 'fs';
 import path from 'path';
-import { compare, feedFor, loadOrt, modelFile, parseOptions, readSafetensors } from './golden_io.mjs';
+import { compare, feedFor, finishReport, loadOrt, modelFile, parseOptions, readSafetensors } from './golden_io.mjs';
 
 const USAGE = 'usage: component_parity.mjs --model OUT_DIR|model.onnx --case CASE_DIR --graph GRAPH ' +
               '[--atol X] [--rtol Y] [--json]';
@@ -127,23 +127,6 @@ const args = parseArgs(process.argv.slice(2));
 const ort = loadOrt(die);
 ort.env.logLevel = 'fatal';  // failures are reported by the harness itself
 const report = await run(args, ort);
-let passed = 0, failed = 0;
-const say = (line) => (args.json ? process.stderr : process.stdout).write(line + '\n');
-for (const r of report.results) {
-  r.pass ? passed++ : failed++;
-  if (args.json) continue;
-  const label = `${args.graph}.${r.output}` + (r.reference && r.reference !== r.output ? ` (reference ${r.reference})` : '');
-  if (r.error) {
-    say(`${label}: FAIL: ${r.error}`);
-    continue;
-  }
-  const w = r.where;
-  const at = w ? ` worst at [${w.index.join(', ')}]: onnx ${w.onnx} expected ${w.expected}` : '';
-  say(`${label}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)};${at}; ` +
-      `${r.compared} values (atol ${report.atol}, rtol ${report.rtol})`);
-  if (!r.pass) say(`${label}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);
-}
-for (const name of report.uncompared) if (!args.json) say(`${args.graph}.${name}: no reference, not compared`);
-if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
-say(`component parity: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finishReport(report, args, 'component parity',
+             (r) => `${args.graph}.${r.output}` + (r.reference && r.reference !== r.output ? ` (reference ${r.reference})` : ''),
+             () => null, report.uncompared.map((name) => `${args.graph}.${name}: no reference, not compared`));

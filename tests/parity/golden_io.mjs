@@ -267,6 +267,38 @@ export function compare(name, refName, got, expected, atol, rtol, mask) {
 // Command-line options: `options` maps each option to [key, kind], kind 'string', 'number' or
 // 'flag' (false unless given). An unknown argument, a missing value, a missing `required` key
 // and a negative --atol/--rtol are die(message), with `usage` where it helps.
+// Ends a harness: one line per result of `report` (the worst element of a failing comparison),
+// `notes` after them, the report as JSON on stdout with --json (the lines then go to stderr), and
+// the summary `<title>: N passed, M failed`; exits 1 when a result failed. `label(r)` names a
+// result; `line(r)`, when it returns a string, stands for a result that is not a comparison.
+export function finishReport(report, args, title, label, line = () => null, notes = []) {
+  let passed = 0, failed = 0;
+  const say = (text) => (args.json ? process.stderr : process.stdout).write(text + '\n');
+  for (const r of report.results) {
+    r.pass ? passed++ : failed++;
+    if (args.json) continue;
+    const name = label(r);
+    if (r.error) {
+      say(`${name}: FAIL: ${r.error}`);
+      continue;
+    }
+    const own = line(r);
+    if (own !== null) {
+      say(`${name}: ${own}`);
+      continue;
+    }
+    const w = r.where;
+    const at = w ? ` worst at [${w.index.join(', ')}]: onnx ${w.onnx} expected ${w.expected}` : '';
+    say(`${name}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)};${at}; ` +
+        `${r.compared} values (atol ${report.atol}, rtol ${report.rtol})`);
+    if (!r.pass) say(`${name}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);
+  }
+  if (!args.json) for (const n of notes) say(n);
+  if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+  say(`${title}: ${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
 export function parseOptions(argv, options, required, usage, die) {
   const a = {};
   for (const [key, kind] of Object.values(options)) if (kind === 'flag') a[key] = false;

@@ -31,7 +31,7 @@
 // encoder's output, each step's logits and the cache checks).
 import fs from 'fs';
 import path from 'path';
-import { compare, feedFor, loadOrt, parseOptions, readSafetensors } from './golden_io.mjs';
+import { compare, feedFor, finishReport, loadOrt, parseOptions, readSafetensors } from './golden_io.mjs';
 
 const USAGE = 'usage: seq2seq_parity.mjs --model OUT_DIR --case CASE_DIR [--atol X] [--rtol Y] [--json]';
 
@@ -200,26 +200,5 @@ const args = parseArgs(process.argv.slice(2));
 const ort = loadOrt(die);
 ort.env.logLevel = 'fatal';  // failures are reported by the harness itself
 const report = await run(args, ort);
-let passed = 0, failed = 0;
-const say = (line) => (args.json ? process.stderr : process.stdout).write(line + '\n');
-for (const r of report.results) {
-  r.pass ? passed++ : failed++;
-  if (args.json) continue;
-  const label = `${r.step}.${r.output}`;
-  if (r.error) {
-    say(`${label}: FAIL: ${r.error}`);
-    continue;
-  }
-  if (r.output === 'cache') {
-    say(`${label}: PASS: every present entry holds the positions fed`);
-    continue;
-  }
-  const w = r.where;
-  const at = w ? ` worst at [${w.index.join(', ')}]: onnx ${w.onnx} expected ${w.expected}` : '';
-  say(`${label}: ${r.pass ? 'PASS' : 'FAIL'}: max |diff| ${r.maxAbs.toExponential(3)};${at}; ` +
-      `${r.compared} values (atol ${report.atol}, rtol ${report.rtol})`);
-  if (!r.pass) say(`${label}: ${r.bad} values out of tolerance; worst is ${r.worst.toFixed(2)}x the tolerance`);
-}
-if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
-say(`seq2seq parity: ${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finishReport(report, args, 'seq2seq parity', (r) => `${r.step}.${r.output}`,
+             (r) => (r.output === 'cache' ? 'PASS: every present entry holds the positions fed' : null));
