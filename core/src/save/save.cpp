@@ -187,8 +187,14 @@ void rename_uses(onnx::GraphProto& g, const std::string& from, const std::string
 // ONNX names a graph output by its value, so an SDK output of a value under another name is an
 // Identity node, which a runtime runs as a copy on every call (a whole KV cache per step) unless
 // it can eliminate it. Where the value is a node's output in this graph and no graph output
-// already, the node's output takes the output's name instead and the Identity goes.
+// already, the node's output takes the output's name instead and the Identity goes. Subgraphs
+// (an If's branches, a Loop's or Scan's body) are folded the same way, each within itself.
 void fold_output_identities(onnx::GraphProto& g) {
+  for (auto& n : *g.mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) fold_output_identities(*a.mutable_g());
+      for (auto& sub : *a.mutable_graphs()) fold_output_identities(sub);
+    }
   std::set<std::string> outputs, inputs;
   for (const auto& o : g.output()) outputs.insert(o.name());
   for (const auto& i : g.input()) inputs.insert(i.name());
