@@ -172,12 +172,6 @@ Value t5_position_bias(Graph& g, const Embedding& table, Value q_pos, Value k_po
   return Unsqueeze(Transpose(rows, {2, 0, 1}), {0});
 }
 
-// Additive float32 padding bias [b, 1, 1, s] from an int64 mask (finfo(float32).min at 0).
-Value padding_bias(Graph& g, Value mask) {
-  ScopeGuard s(g, "padding_mask");
-  return Unsqueeze(Where(Equal(mask, Int(g, 0)), Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0)), {1, 2});
-}
-
 // The sinusoidal position tables of Marian/Pegasus and M2M-100, [rows, d] float32, made while
 // the weights are written.
 Value sinusoid_table(Graph& g, const std::string& name, int64_t rows, int64_t d, bool fairseq, int64_t padding_idx) {
@@ -325,8 +319,10 @@ class Seq2SeqModel : public Module {
     } else {
       Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));
       Value mask = g.input("attention_mask", TensorType(DType::Int64, {b, s}));
-      bias = padding_bias(g, mask);
-      if (ort_ops(ctx) && act == DType::Float) key_padding = Cast(mask, DType::Int32);
+      // The padding as the eager form's additive bias and as MultiHeadAttention's key mask.
+      const PaddedAttention padding(mask);
+      bias = padding.mask_bias(g);
+      if (ort_ops(ctx) && act == DType::Float) key_padding = padding.key_padding(g);
       Value n = Squeeze(DimOf(ids, 1), {0});
       Value positions = spec.positions == Seq2SeqSpec::Positions::Fairseq ? fairseq_positions(g, ids, Int(g, 0))
                                                                            : Range(Int(g, 0), n, Int(g, 1));
@@ -484,7 +480,7 @@ class Seq2SeqModel : public Module {
     Value self_bias = causal;
     if (spec.style == Style::T5)
       self_bias = Add(causal, t5_position_bias(g, *decoder_layers[0]->bias_table, q_pos, k_pos, false, cfg));
-    Value cross_bias = enc_mask.valid() ? padding_bias(g, enc_mask) : Value();
+    Value cross_bias = enc_mask.valid() ? PaddedAttention(enc_mask).mask_bias(g) : Value();
 
     for (size_t i = 0; i < decoder_layers.size(); ++i) {
       const Layer* l = decoder_layers[i];

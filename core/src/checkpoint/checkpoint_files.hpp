@@ -93,6 +93,22 @@ class OwnedFd {
   int fd_ = -1;
 };
 
+// The small files a runtime needs beside the model, taken from a checkpoint folder when it has
+// them (copied into the output folder, fetched from the hub): config.json first, the generation
+// config, the tokenizer in each format a runtime reads (tokenizer.json; SentencePiece models: T5's
+// spiece.model, Marian's source.spm and target.spm, mBART's and M2M's sentencepiece.bpe.model;
+// Whisper's normalizer.json), chat templates, and the preprocessor config of audio and image
+// models.
+inline const std::vector<std::string>& runtime_file_names() {
+  static const std::vector<std::string> v = {
+      "config.json",           "generation_config.json",  "tokenizer.json",  "tokenizer_config.json",
+      "special_tokens_map.json", "tokenizer.model",         "vocab.json",      "merges.txt",
+      "added_tokens.json",     "chat_template.jinja",     "chat_template.json", "preprocessor_config.json",
+      "spiece.model",          "source.spm",              "target.spm",      "sentencepiece.bpe.model",
+      "normalizer.json"};
+  return v;
+}
+
 struct OpenedFile {
   OwnedFd fd;
   uint64_t size = 0;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/checkpoint_files.hpp"
 #include "hub/hub_cache.hpp"
 #include "util/untrusted.hpp"
 #include "hub/http.hpp"
@@ -21,15 +22,15 @@
 
 namespace mobius::hub {
 
-// The files a build takes besides the weights, each fetched when the repository has it.
+// The files a build takes besides the weights and config.json, each fetched when the repository
+// has it: what a runtime needs beside the model (runtime_file_names).
 inline const std::vector<std::string>& optional_files() {
-  static const std::vector<std::string> v = {
-      "generation_config.json", "tokenizer.json",     "tokenizer_config.json",
-      "special_tokens_map.json", "tokenizer.model",   "vocab.json",
-      "merges.txt",             "added_tokens.json",  "chat_template.jinja",
-      "chat_template.json",     "preprocessor_config.json", "spiece.model",
-      "source.spm",             "target.spm",         "sentencepiece.bpe.model",
-      "normalizer.json"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> names;
+    for (const std::string& n : runtime_file_names())
+      if (n != "config.json") names.push_back(n);
+    return names;
+  }();
   return v;
 }
 

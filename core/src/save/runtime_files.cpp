@@ -15,29 +15,11 @@
 namespace mobius {
 namespace fs = std::filesystem;
 
-namespace {
-
-// Files a runtime needs beside the model, copied when the checkpoint has them: the config, the
-// tokenizer in each format a runtime reads (tokenizer.json; SentencePiece models: T5's
-// spiece.model, Marian's source.spm and target.spm, mBART's and M2M's sentencepiece.bpe.model;
-// Whisper's normalizer.json), the generation config, and the preprocessor config of audio and
-// image models.
-const char* const kRuntimeFiles[] = {
-    "config.json",          "generation_config.json", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json",           "merges.txt",             "added_tokens.json",
-    "chat_template.jinja",  "chat_template.json",     "preprocessor_config.json",
-    "spiece.model",         "source.spm",             "target.spm",
-    "sentencepiece.bpe.model", "normalizer.json",
-};
-
-}  // namespace
-
 std::vector<std::pair<std::string, OpenedFile>> open_runtime_files(const fs::path& src) {
   std::vector<std::pair<std::string, OpenedFile>> files;
   if (src.empty()) return files;
   const ModelFolder folder(src);
-  for (const char* name : kRuntimeFiles) {
+  for (const std::string& name : runtime_file_names()) {
     if (!folder.has(name)) continue;
     files.emplace_back(name, folder.open(name, name, "checkpoint"));
   }
