@@ -43,9 +43,11 @@ if [ ! -f build/build.ninja ]; then
 fi
 ninja -C build
 
-# The tests' Python packages, pinned in tests/runtime/requirements.txt (ONNX Runtime GenAI), in a
-# virtual environment inside the build folder.
-if ! build/venv/bin/python - tests/runtime/requirements.txt >/dev/null 2>&1 <<'PY'
+# The tests' Python packages, pinned in tests/runtime/requirements.txt (ONNX Runtime GenAI) and
+# tests/python/requirements.txt (the Python package's build tools, pytest), in a virtual
+# environment inside the build folder.
+for req in tests/runtime/requirements.txt tests/python/requirements.txt; do
+  if ! build/venv/bin/python - "$req" >/dev/null 2>&1 <<'PY'
 import sys
 from importlib.metadata import version
 for line in open(sys.argv[1]):
@@ -55,8 +57,20 @@ for line in open(sys.argv[1]):
         if version(name) != want:
             sys.exit(1)
 PY
-then
-  echo "setup: installing the test packages (tests/runtime/requirements.txt) into build/venv"
-  python3 -m venv build/venv
-  build/venv/bin/pip install -q --disable-pip-version-check -r tests/runtime/requirements.txt
-fi
+  then
+    echo "setup: installing the test packages ($req) into build/venv"
+    [ -x build/venv/bin/python ] || python3 -m venv build/venv
+    build/venv/bin/pip install -q --disable-pip-version-check -r "$req"
+  fi
+done
+
+# The Python package, built from the tree as `pip install .` builds it (meson-python, in
+# build/python-build, incrementally) and installed into build/venv for tests/python.
+rm -rf build/wheel
+build/venv/bin/pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+  -w build/wheel -Cbuild-dir="$PWD/build/python-build" . >build/wheel.log 2>&1 || {
+  cat build/wheel.log >&2
+  echo "setup: building the Python package failed (log above)" >&2
+  exit 1
+}
+build/venv/bin/pip install -q --disable-pip-version-check --no-deps --force-reinstall build/wheel/mobius-*.whl

@@ -20,7 +20,8 @@ allowed() {
     weights) echo "util checkpoint" ;;
     plugins) echo "util checkpoint weights save" ;;
     save) echo "util checkpoint weights plugins" ;;
-    pipeline) echo "util checkpoint hub weights plugins save" ;;
+    info) echo "util checkpoint save plugins" ;;
+    pipeline) echo "util checkpoint hub weights plugins save info" ;;
     *) echo "?" ;;
   esac
 }

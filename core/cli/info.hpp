@@ -1,12 +1,5 @@
-// info.hpp - `mobius info OUT`: what an app needs to use a built model folder.
-//
-// Prints the runtime the folder is laid out for, each graph's inputs and outputs (dtype, shape),
-// opset imports, node and initializer counts, weight dtypes and bytes, file sizes, the runtime
-// config and the provenance; `--json` prints the same facts as one JSON object. The folder is
-// only read, never changed, and only the files a mobius output holds are opened: the graphs, the
-// runtime config (genai_config.json, config.json) and mobius_provenance.json. External data
-// files are looked at (their size), never opened, and a location that is not a plain file name
-// beside its graph is reported, not followed.
+// info.hpp - `mobius info OUT`: what an app needs to use a built model folder (the facts
+// mobius/info.hpp's describe_folder gathers); `--json` prints them as one JSON object.
 #pragma once
 
 #include <filesystem>

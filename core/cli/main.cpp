@@ -19,6 +19,7 @@
 #include "info.hpp"
 #include "save/layout.hpp"
 #include "mobius/build.hpp"
+#include "mobius/convert.hpp"
 #include "mobius/hub.hpp"
 #include "mobius/pipeline.hpp"
 #include "mobius/plugins.hpp"
@@ -81,19 +82,9 @@ void on_signal(int sig) {
   ::signal(sig, SIG_DFL);
 }
 
-struct Loaded {
-  mobius::PluginHost host;
-  mobius::ModelRegistry registry;
-  std::vector<mobius::PluginRecord> records;
-};
-
-// Every plugin, or (with `model_types`) only those whose manifest claims one of them: the
-// others' manifests are read, their code is not run.
-std::unique_ptr<Loaded> load_plugins(const std::vector<std::string>& paths,
-                                     const std::vector<std::string>& model_types = {}) {
-  auto l = std::make_unique<Loaded>();
-  l->records = l->host.load(mobius::plugin_search_path(paths), l->registry, model_types);
-  return l;
+// Every plugin of the search path.
+std::shared_ptr<mobius::PluginSet> load_plugins(const std::vector<std::string>& paths) {
+  return mobius::load_plugins(mobius::plugin_search_path(paths));
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -153,13 +144,8 @@ int cmd_plugins(const std::vector<std::string>& paths, bool json) {
   return 0;
 }
 
-void warn_failed(const Loaded& l) {
-  for (const auto& r : l.records)
-    if (!r.loaded && !r.deferred)
-      std::cerr << terminal_safe("mobius: warning: plugin " +
-                                 (r.library.empty() ? r.manifest : r.library).string() +
-                                 " not loaded: " + r.error)
-                << "\n";
+void warn_failed(const mobius::PluginSet& l) {
+  for (const auto& f : l.failures()) std::cerr << terminal_safe("mobius: warning: " + f) << "\n";
 }
 
 int cmd_list(const std::vector<std::string>& paths, bool json) {
@@ -222,46 +208,18 @@ int cmd_list(const std::vector<std::string>& paths, bool json) {
   return 0;
 }
 
-// The model types the checkpoint's config.json names; empty when it cannot be read (the build
-// then reports why, with every plugin loaded).
-std::vector<std::string> wanted_types(const std::string& model) {
-  try {
-    return mobius::config_model_types(std::filesystem::path(model) / "config.json");
-  } catch (const std::exception&) {
-    return {};
-  }
-}
-
 int cmd_build(const std::string& model_arg, const std::string& revision, const std::string& out,
-              const std::vector<std::string>& paths, mobius::BuildOptions opts, int threads,
+              const std::vector<std::string>& paths, const mobius::BuildOptions& opts, int threads,
               const std::vector<std::string>& components) {
-  // A local folder, or a hub id fetched into (or, offline, found in) huggingface_hub's cache.
-  mobius::HubOptions ho;
-  ho.revision = revision;
-  ho.weights = !opts.no_weights;
-  ho.quiet = opts.quiet;
-  ho.progress = !opts.quiet && ::isatty(STDERR_FILENO);
-  const mobius::ModelSource src = mobius::resolve_model(model_arg, ho);
-  const std::string model = src.dir.string();
-  // OUT must be neither the checkpoint folder nor one holding it: refused before any work.
-  mobius::check_output_folder(out, model);
-  opts.source_repo = src.repo_id;
-  opts.source_revision = src.revision;
-  opts.source_commit = src.commit;
-  // A diffusers pipeline (model_index.json): each component is a model type of its own.
-  const bool pipeline = mobius::is_pipeline_folder(model);
-  if (!components.empty() && !pipeline)
-    throw mobius::Error("[options] --component builds one component of a diffusers pipeline (a "
-                        "folder with model_index.json); " + model + " is not one");
-  // Only the plugin whose manifest claims the config's model type runs; when none does, every
-  // plugin is loaded so the error can suggest near matches.
-  std::vector<std::string> types = pipeline ? mobius::pipeline_model_types(model) : wanted_types(model);
-  auto l = load_plugins(paths, types);
-  if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) {
-        return l->registry.contains(t);
-      }))
-    l = load_plugins(paths);
-  if (!opts.quiet) warn_failed(*l);
+  mobius::ConvertOptions co;
+  co.build = opts;
+  co.revision = revision;
+  co.components = components;
+  co.out = out;
+  co.plugin_paths = paths;
+  co.download_progress = !opts.quiet && ::isatty(STDERR_FILENO);
+  co.warn = [](const std::string& w) { std::cerr << terminal_safe("mobius: warning: " + w) << "\n"; };
+  const mobius::ConvertedModel built = mobius::convert(model_arg, co);
   auto t0 = std::chrono::steady_clock::now();
   ::signal(SIGINT, on_signal);
   ::signal(SIGTERM, on_signal);
@@ -269,75 +227,39 @@ int cmd_build(const std::string& model_arg, const std::string& revision, const s
   so.progress = !opts.quiet && ::isatty(STDERR_FILENO);
   so.threads = threads;
   so.cancelled = [] { return g_interrupted.load(); };
-  if (pipeline || !mobius::folder_graphs(model, l->registry).empty()) {
-    // Several graphs, each its own model folder inside OUT.
-    mobius::MultiGraphPackage multi =
-        pipeline ? mobius::build_pipeline(model, opts, l->registry, components)
-                 : mobius::build_graphs(model, opts, l->registry);
-    if (!opts.quiet)
-      for (const auto& s : multi.skipped())
-        std::cerr << terminal_safe("mobius: warning: skipped " + s.component + ": " + s.reason)
-                  << "\n";
-    multi.save(out, so);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!opts.quiet) {
-      for (const auto& p : multi.parts()) {
-        char line[160];
-        std::snprintf(line, sizeof(line), "%zu nodes, %.1f MiB of weights", p.package.node_count(),
-                      static_cast<double>(p.package.weight_bytes()) / (1024.0 * 1024.0));
-        std::cout << terminal_safe("built " + p.package.model_type() +
-                                   (p.graph.empty() ? "" : " " + p.graph) + " -> " +
-                                   (p.folder.empty() ? std::filesystem::path(out) / p.package.graph_file()
-                                                     : std::filesystem::path(out) / p.folder)
-                                       .string() +
-                                   " (" + line + ")")
-                  << "\n";
-      }
-      for (const auto& c : multi.copied())
-        std::cout << terminal_safe("copied " + c + " -> " + (std::filesystem::path(out) / c).string())
-                  << "\n";
-      char line[64];
-      std::snprintf(line, sizeof(line), "%.2f s", secs);
-      const std::string runtime = multi.parts().empty() ? "onnxruntime" : multi.parts().front().package.runtime();
-      std::cout << terminal_safe("built " + std::to_string(multi.parts().size()) + " graph(s) for " + runtime +
-                                 " -> " + out + " (" + line + ")")
-                << "\n";
-    }
-    return 0;
-  }
-  mobius::ModelPackage pkg = [&] {
-    try {
-      return mobius::build(model, opts, l->registry);
-    } catch (const mobius::Error& e) {
-      std::string m = e.what();
-      if (m.rfind("[registry] unknown model type", 0) != 0) throw;
-      // A plugin that declares the type but did not load: its reason is the answer.
-      for (const auto& r : l->records)
-        if (!r.loaded && !r.deferred && !r.error.empty() &&
-            std::any_of(types.begin(), types.end(), [&](const std::string& t) {
-              return std::find(r.model_types.begin(), r.model_types.end(), t) != r.model_types.end();
-            }))
-          throw mobius::Error(
-              "[plugin] " + (r.name.empty() ? std::string("a plugin") : "plugin '" + r.name + "'") +
-              " (" + (r.library.empty() ? r.manifest : r.library).string() +
-              ") declares this model type but did not load: " +
-              (r.error.rfind("[plugin] ", 0) == 0 ? r.error.substr(9) : r.error));
-      m += "; plugin folders searched:";
-      for (const auto& d : mobius::plugin_search_path(paths)) m += " " + d.path.string();
-      throw mobius::Error(m + " (see `mobius plugins`)");
-    }
-  }();
-  pkg.save(out, so);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!opts.quiet) {
+  built.save(out, so);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (opts.quiet) return 0;
+  const auto parts = built.parts();
+  if (parts.size() == 1 && parts.front().folder.empty() && built.copied().empty() &&
+      parts.front().graph.empty()) {
+    const mobius::ModelPackage& pkg = *parts.front().package;
     char line[256];
     std::snprintf(line, sizeof(line), "%zu nodes, %zu initializers, %.1f MiB of weights, %.2f s",
                   pkg.node_count(), pkg.initializer_count(),
                   static_cast<double>(pkg.weight_bytes()) / (1024.0 * 1024.0), secs);
-    std::cout << terminal_safe("built " + pkg.model_type() + " for " + pkg.runtime() + " -> " + out +
+    std::cout << terminal_safe("built " + pkg.model_type() + " for " + pkg.runtime() + " -> " + out + " (" + line + ")")
+              << "\n";
+    return 0;
+  }
+  for (const auto& p : parts) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "%zu nodes, %.1f MiB of weights", p.package->node_count(),
+                  static_cast<double>(p.package->weight_bytes()) / (1024.0 * 1024.0));
+    std::cout << terminal_safe("built " + p.package->model_type() + (p.graph.empty() ? "" : " " + p.graph) + " -> " +
+                               (p.folder.empty() ? std::filesystem::path(out) / p.package->graph_file()
+                                                 : std::filesystem::path(out) / p.folder)
+                                   .string() +
                                " (" + line + ")")
               << "\n";
   }
+  for (const auto& c : built.copied())
+    std::cout << terminal_safe("copied " + c + " -> " + (std::filesystem::path(out) / c).string()) << "\n";
+  char line[64];
+  std::snprintf(line, sizeof(line), "%.2f s", secs);
+  std::cout << terminal_safe("built " + std::to_string(parts.size()) + " graph(s) for " + built.runtime() + " -> " +
+                             out + " (" + line + ")")
+            << "\n";
   return 0;
 }
 

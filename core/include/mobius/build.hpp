@@ -52,6 +52,9 @@ struct SaveOptions {
   bool progress = false;            // a progress bar on stderr (bytes, throughput, ETA)
   int threads = 1;                  // tensors written at once; the output bytes do not depend on it
   std::function<bool()> cancelled;  // polled between chunks; true aborts the save
+  // Called about every 100 ms while the weights stream (stage "weights", bytes written of the
+  // graph's total), from the thread that called save, instead of the bar.
+  std::function<void(const char* stage, uint64_t done, uint64_t total)> on_progress;
 };
 
 // A built model: its graph and weight plan, bound to its checkpoint. Weights are read only
@@ -77,6 +80,14 @@ class ModelPackage {
                             const SaveOptions& opts = {});
   // The graph file, relative to the output folder ("model.onnx", "onnx/encoder_model_fp16.onnx").
   const std::string& graph_file() const;
+
+  // The graph as `mobius info --json` describes a saved one (mobius/info.hpp), before it is saved:
+  // its file, inputs and outputs with dtype and shape, opset imports, node and initializer
+  // counts, weight dtypes and bytes. JSON text.
+  std::string describe_json() const;
+  // mobius_provenance.json as save() writes it, without "files" (the checkpoint's files are
+  // hashed while saving). JSON text.
+  std::string provenance_json() const;
 
   const std::string& model_type() const;
   // The runtime the folder is laid out for (BuildOptions::runtime, or what the default became).
@@ -119,6 +130,10 @@ using BuildCallback = mobius_status (*)(void* user, const mobius_host_api* host,
 ModelPackage build_with(const std::string& model_type, BuildCallback fn, void* user,
                         const BuildOptions& opts, const std::filesystem::path& checkpoint_dir = {},
                         const std::string& normalized_config = "{}");
+
+// The runtimes a folder can be laid out for (BuildOptions::runtime): ort-genai, onnxruntime,
+// transformers.js.
+std::vector<std::string> runtimes();
 
 // The host's C function table, for code that builds graphs in-process.
 const mobius_host_api* host_api();

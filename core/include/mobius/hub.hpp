@@ -4,7 +4,9 @@
 // Python's `hf download` fetched builds from the cache, and one mobius fetched loads in Python.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +20,10 @@ struct HubOptions {
   bool weights = true;    // false: config, generation config and tokenizer files only (a pipeline: every component but its weights)
   bool progress = false;  // one progress bar for all files on stderr
   bool quiet = false;     // no notes on stderr
+  // Called about every 100 ms while files download (stage "download"), instead of the bar.
+  std::function<void(const char* stage, uint64_t done, uint64_t total)> on_progress;
+  // Polled while files download: true stops them (mobius::Error "[hub] ... interrupted").
+  std::function<bool()> cancelled;
 };
 
 // Where a model comes from: a local folder, or a snapshot of a hub repository.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,11 @@ struct PluginRecord {
 };
 
 // The search path: every --plugin-path, then MOBIUS_PLUGIN_PATH (colon-separated), then the
-// default folder (the build tree's plugins when run from it, else <libdir>/mobius/plugins).
-std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& cli_paths);
+// default folder (the build tree's plugins when run from it, else <libdir>/mobius/plugins), or
+// `default_dirs` instead when given (the Python package's own plugins folder).
+std::vector<PluginSearchDir> plugin_search_path(
+    const std::vector<std::string>& cli_paths,
+    const std::optional<std::vector<std::filesystem::path>>& default_dirs = std::nullopt);
 // The installed (or build-tree) default plugins folders for this executable.
 std::vector<std::filesystem::path> default_plugin_dirs();
 

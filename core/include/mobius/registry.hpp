@@ -81,6 +81,11 @@ class ModelRegistry {
   // Throws mobius::Error if any of `regs` conflicts with an existing same-priority entry;
   // otherwise registers them all (all or nothing).
   void register_all(std::vector<Registration> regs);
+  // Registers `new_type` as another name of the registered `existing_type` (built by the same
+  // code, as a manifest's alias is), in this registry only and in-process: "", the in-process
+  // priority. Throws mobius::Error when `new_type` is not a model type name (letters, digits,
+  // '_', '-', '.'), is already registered, or `existing_type` is not.
+  void register_alias(const std::string& new_type, const std::string& existing_type);
 
  private:
   void check_conflict(const Registration& r) const;
@@ -90,5 +95,10 @@ class ModelRegistry {
 };
 
 std::string describe_registrant(const Registration& r);
+
+// `target` under the name `new_type`: built by target's code (an alias of an alias by the
+// registration the first names), alias_of, target_plugin and target_path set. The caller sets
+// who declared it (plugin, plugin_path, version, vendor, priority).
+Registration alias_registration(const Registration& target, const std::string& new_type);
 
 }  // namespace mobius

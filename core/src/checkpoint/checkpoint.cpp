@@ -49,7 +49,7 @@ std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& d
   std::string names;
   for (const CheckpointFormat& f : kWeightFormats)
     names += std::string(names.empty() ? "" : ", ") + f.single_name + ", " + f.index_name;
-  throw Error("[checkpoint] " + dir.string() + ": no weights (looked for " + names + ")");
+  throw Error(ErrorKind::Checkpoint, "[checkpoint] " + dir.string() + ": no weights (looked for " + names + ")");
 }
 
 std::unique_ptr<CheckpointReader> open_checkpoint(const std::filesystem::path& dir,

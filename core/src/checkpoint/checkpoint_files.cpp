@@ -38,7 +38,7 @@ bool path_within(const fs::path& root, const fs::path& p) {
 }
 
 void CheckpointFormat::fail(const std::string& file, const std::string& reason) const {
-  throw Error("[" + std::string(tag) + "] " + file + ": " + reason);
+  throw Error(ErrorKind::Checkpoint, "[" + std::string(tag) + "] " + file + ": " + reason);
 }
 
 
@@ -339,11 +339,19 @@ FolderResult ModelFolder::try_open(std::string_view name) const {
   return failed(open_dirs.empty() ? FolderError::Outside : FolderError::NotRegular);
 }
 
+namespace {
+// Whose file a failure is about, by the tag its message carries: a config file's, or the
+// checkpoint's (weights, their index, anything else of the folder).
+ErrorKind kind_of(const char* tag) {
+  return std::string_view(tag) == "config" ? ErrorKind::Config : ErrorKind::Checkpoint;
+}
+}  // namespace
+
 OpenedFile ModelFolder::open(std::string_view name, const std::string& display,
                              const char* tag) const {
   FolderResult r = try_open(name);
   if (r.error != FolderError::None) {
-    throw Error("[" + std::string(tag) + "] " + display + ": " + r.reason());
+    throw Error(kind_of(tag), "[" + std::string(tag) + "] " + display + ": " + r.reason());
   }
   return std::move(r.file);
 }
@@ -353,12 +361,12 @@ std::string ModelFolder::read_text(std::string_view name, const std::string& dis
   const OpenedFile file = open(name, display, tag);
   const std::string where = "[" + std::string(tag) + "] " + display + ": ";
   if (file.size > max_bytes) {
-    throw Error(where + "larger than " + std::to_string(max_bytes >> 20) + " MiB");
+    throw Error(kind_of(tag), where + "larger than " + std::to_string(max_bytes >> 20) + " MiB");
   }
   std::string text(static_cast<size_t>(file.size), '\0');
   const int res = pread_exact(file.fd.get(), text.data(), file.size, 0);
-  if (res == -1) throw Error(where + "unexpected end of file");
-  if (res != 0) throw Error(where + "read error: " + errno_text(res));
+  if (res == -1) throw Error(kind_of(tag), where + "unexpected end of file");
+  if (res != 0) throw Error(ErrorKind::Io, where + "read error: " + errno_text(res));
   return text;
 }
 
@@ -395,7 +403,7 @@ CheckpointLayout checkpoint_layout(const fs::path& dir, const CheckpointFormat& 
   // such rather than silently falling back to the index.
   if (fs::exists(fs::symlink_status(dir / fmt.single_name, ec))) return CheckpointLayout::Single;
   if (fs::exists(fs::symlink_status(dir / fmt.index_name, ec))) return CheckpointLayout::Sharded;
-  throw Error("[checkpoint] " + dir.string() + ": no " + fmt.single_name + " or " + fmt.index_name);
+  throw Error(ErrorKind::Checkpoint, "[checkpoint] " + dir.string() + ": no " + fmt.single_name + " or " + fmt.index_name);
 }
 
 bool has_checkpoint(const fs::path& dir, const CheckpointFormat& fmt) {

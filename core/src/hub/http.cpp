@@ -68,6 +68,10 @@ struct Transfer {
 int on_progress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
   const Request& r = *t->req;
+  if (r.cancelled && r.cancelled()) {
+    t->aborted = true;
+    return 1;
+  }
   if (!t->headers_done) {
     if (seconds_since(t->start) > r.header_timeout_s) {
       t->timed_out = "no complete answer within " + format_seconds(r.header_timeout_s) + " s";

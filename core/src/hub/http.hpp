@@ -65,6 +65,8 @@ struct Request {
   // When set, no connection is made to an address more private than this (checked on the
   // address connected to, so a name that resolves there is refused too): Refused.
   std::optional<net::AddressSpace> max_space;
+  // Polled at least once a second: true stops the transfer (TransportError Aborted).
+  std::function<bool()> cancelled;
 };
 
 // One connection cache: reuse one Client per thread. Not thread-safe itself.

@@ -322,6 +322,9 @@ void Session::fail_status(const http::Response& r, const std::string& url, const
 void Session::fail_transport(const http::TransportError& e, const std::string& url,
                              const std::string& file, bool head) const {
   using K = http::TransportError::Kind;
+  if (opts_.cancelled && opts_.cancelled())
+    throw Error(ErrorKind::Io, "[hub] " + file + " of " + at() +
+                                   ": interrupted (a partial file stays in the cache and resumes on the next run)");
   const bool endpoint = http::same_origin(url, cfg_.endpoint);
   const std::string origin = printable(http::origin_of(url));
   const std::string of = file + " of " + at();

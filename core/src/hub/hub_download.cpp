@@ -150,6 +150,7 @@ void Progress::loop() {
 void Progress::draw(bool final) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   uint64_t done = static_cast<uint64_t>(std::max<int64_t>(0, done_.load()));
+  if (report_) return report_("download", done, total_);
   draw_progress("download", done, total_, secs, final,
                 std::to_string(files_done_.load()) + "/" + std::to_string(files_) + " files");
 }
@@ -192,6 +193,7 @@ http::Request Session::make_request(bool head, const std::string& url) const {
   req.rate_window_s = cfg_.download_timeout_s;
   req.min_rate = kMinRate;
   if (check_sockets_ && !endpoint) req.max_space = context_;
+  req.cancelled = opts_.cancelled;
   return req;
 }
 
@@ -451,7 +453,7 @@ void Session::download_all() {
     total += it.meta.size.value_or(0);
   }
   if (todo.empty()) return;
-  Progress pg(opts_.progress, total, todo.size());
+  Progress pg(opts_.progress, total, todo.size(), opts_.on_progress);
   run_parallel(todo.size(), kWorkers, stop_, [&](size_t i, http::Client& c) { fetch(c, *todo[i], pg); });
   pg.finish();
 }

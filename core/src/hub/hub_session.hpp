@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -38,8 +39,11 @@ inline constexpr uint64_t kMinRate = 1024;
 // One progress line on stderr for all files: bar, bytes, throughput, ETA, files done.
 class Progress {
  public:
-  Progress(bool enabled, uint64_t total, size_t files)
-      : enabled_(enabled), total_(total), files_(files), t0_(std::chrono::steady_clock::now()) {
+  // `report`, when set, is called instead of drawing the bar.
+  Progress(bool enabled, uint64_t total, size_t files,
+           std::function<void(const char*, uint64_t, uint64_t)> report = {})
+      : enabled_(enabled || report), total_(total), files_(files), t0_(std::chrono::steady_clock::now()),
+        report_(std::move(report)) {
     if (enabled_) thread_ = std::thread([this] { loop(); });
   }
   ~Progress() { finish(); }
@@ -55,6 +59,7 @@ class Progress {
   uint64_t total_;
   size_t files_;
   std::chrono::steady_clock::time_point t0_;
+  std::function<void(const char*, uint64_t, uint64_t)> report_;
   std::atomic<int64_t> done_{0};
   std::atomic<size_t> files_done_{0};
   std::mutex mu_;

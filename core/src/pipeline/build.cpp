@@ -405,9 +405,11 @@ ModelPackage build_unknown(const FolderConfig& c, const BuildOptions& opts, cons
       attempt.no_weights = true;
       auto probe = build_impl(*reg, c.dir, c.text, attempt, true);
       if (c.dir.empty()) throw Error("[source] no checkpoint to compare its tensors with");
+      // A checkpoint that cannot be read is that error, whatever the model type.
+      const auto checkpoint = open_checkpoint(c.dir, &c.text);
       StreamingWeightPlan::Mismatch mismatch;
       try {
-        probe->ctx->plan.preflight(*open_checkpoint(c.dir, &c.text), reg->model_type, &mismatch);
+        probe->ctx->plan.preflight(*checkpoint, reg->model_type, &mismatch);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Checkpoint) throw;
         why += "\n  not built as " + reg->model_type + ": " + fallback_refusal(*reg, mismatch);
@@ -419,7 +421,7 @@ ModelPackage build_unknown(const FolderConfig& c, const BuildOptions& opts, cons
                          "exactly the tensors " + reg->model_type + " reads: building it as " + reg->model_type + "\n";
       return ModelPackage(build_impl(*reg, c.dir, c.text, opts, true));
     } catch (const Error& e) {
-      if (e.kind() == ErrorKind::Io || e.kind() == ErrorKind::Internal) throw;
+      if (e.kind() == ErrorKind::Io || e.kind() == ErrorKind::Internal || e.kind() == ErrorKind::Checkpoint) throw;
       why += "\n  not built as " + reg->model_type + ": its config.json is not a " + reg->model_type +
              " decoder's: " + e.what();
     }

@@ -68,7 +68,8 @@ std::vector<fs::path> default_plugin_dirs() {
   return out;
 }
 
-std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& cli_paths) {
+std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& cli_paths,
+                                               const std::optional<std::vector<fs::path>>& default_dirs) {
   std::vector<PluginSearchDir> dirs;
   for (const auto& p : cli_paths) dirs.push_back({p, kPriorityCommandLine, "--plugin-path"});
   if (const char* env = std::getenv("MOBIUS_PLUGIN_PATH")) {
@@ -77,7 +78,8 @@ std::vector<PluginSearchDir> plugin_search_path(const std::vector<std::string>& 
     while (std::getline(ss, item, ':'))
       if (!item.empty()) dirs.push_back({item, kPriorityEnvironment, "MOBIUS_PLUGIN_PATH"});
   }
-  for (const auto& p : default_plugin_dirs()) dirs.push_back({p, kPriorityDefault, "default"});
+  for (const auto& p : default_dirs ? *default_dirs : default_plugin_dirs())
+    dirs.push_back({p, kPriorityDefault, "default"});
   return dirs;
 }
 
@@ -133,11 +135,7 @@ void PluginHost::Impl::resolve_aliases(std::vector<PluginRecord>& records,
           }
           if (!target) continue;
         }
-        Registration r = *target;
-        r.model_type = from;
-        r.alias_of = to;
-        r.target_plugin = target->alias_of.empty() ? target->plugin : target->target_plugin;
-        r.target_path = target->alias_of.empty() ? target->plugin_path : target->target_path;
+        Registration r = alias_registration(*target, from);
         r.plugin = rec.name;
         r.plugin_path = rec.manifest.string();
         r.version = rec.version;

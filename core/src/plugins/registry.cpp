@@ -2,6 +2,7 @@
 #include "mobius/registry.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "mobius/error.hpp"
 #include "util/untrusted.hpp"
@@ -66,6 +67,36 @@ void ModelRegistry::register_all(std::vector<Registration> regs) {
                     describe_registrant(regs[i]));
   }
   for (auto& r : regs) register_architecture(std::move(r));
+}
+
+void ModelRegistry::register_alias(const std::string& new_type, const std::string& existing_type) {
+  const bool named = !new_type.empty() && new_type.size() <= 256 &&
+                     std::all_of(new_type.begin(), new_type.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+                     });
+  if (!named)
+    throw Error("[registry] " + quote_name(new_type) +
+                " is not a model type name (1 to 256 letters, digits, '_', '-' or '.')");
+  if (const Registration* r = get_registration(new_type))
+    throw Error("[registry] model type " + quote_name(new_type) + " is already registered by " +
+                describe_registrant(*r));
+  Registration r = alias_registration(get(existing_type), new_type);
+  r.plugin.clear();
+  r.plugin_path.clear();
+  r.vendor.clear();
+  r.priority = kPriorityInProcess;
+  r.fallback = false;
+  register_architecture(std::move(r));
+}
+
+Registration alias_registration(const Registration& target, const std::string& new_type) {
+  Registration r = target;
+  r.model_type = new_type;
+  r.alias_of = target.model_type;
+  r.target_plugin = target.alias_of.empty() ? target.plugin : target.target_plugin;
+  r.target_path = target.alias_of.empty() ? target.plugin_path : target.target_path;
+  r.fallback = false;
+  return r;
 }
 
 const Registration* ModelRegistry::get_registration(std::string_view model_type) const {

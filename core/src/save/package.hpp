@@ -58,6 +58,9 @@ void save_packages(const std::vector<const ModelPackage::Impl*>& parts, const st
 // exchanged) into place. On failure OUT is as it was.
 void save_folder(const std::filesystem::path& out, const std::vector<std::filesystem::path>& sources,
                  const std::function<void(const std::filesystem::path& tmp)>& fill);
+// The package's graph as it is saved (graph name, IR version, producer, opset imports, output
+// identities folded), without its weights' external data.
+onnx::ModelProto finalized_model(const ModelPackage::Impl& pkg);
 // Writes a whole small file and fsyncs it.
 void write_synced_file(const std::filesystem::path& p, const std::string& bytes);
 

@@ -143,12 +143,13 @@ void clean_stale_temps(const fs::path& parent, const std::string& name) {
   for (const auto& e : fs::directory_iterator(parent, ec)) {
     std::string fn = e.path().filename().string();
     if (fn.rfind(prefix, 0) != 0) continue;
+    // "<pid>" or "<pid>-<n>": the n-th save of that process. This process's own are saves in
+    // progress on other threads.
     std::string pid_s = fn.substr(prefix.size());
     char* end = nullptr;
     long pid = std::strtol(pid_s.c_str(), &end, 10);
-    if (!end || *end || pid <= 0) continue;
-    if (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
-      fs::remove_all(e.path(), ec);
+    if (!end || (*end && *end != '-') || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
   }
 }
 
@@ -466,13 +467,16 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, bool
   std::vector<std::thread> pool;
   for (size_t i = 0; i < hashers; ++i) pool.emplace_back(work, false, true);
   for (size_t i = 0; i < writers; ++i) pool.emplace_back(work, true, hashers > 0);
-  const bool draw = opts.progress && weights;
-  if (draw) {
-    // The main thread draws; workers only count bytes.
+  const bool draw = opts.progress && !opts.on_progress && weights;
+  if (draw || (opts.on_progress && weights)) {
+    // The main thread draws (or reports); workers only count bytes.
     while (finished < pool.size()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      draw_progress("weights", progress, total, secs, false);
+      if (draw)
+        draw_progress("weights", progress, total, secs, false);
+      else
+        opts.on_progress("weights", progress, total);
     }
   }
   for (auto& t : pool) t.join();
@@ -484,6 +488,8 @@ void write_weights(const mobius_context& ctx, const CheckpointReader* ckpt, bool
   if (draw) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     draw_progress("weights", progress, total, secs, true);
+  } else if (opts.on_progress && weights) {
+    opts.on_progress("weights", total, total);
   }
 }
 
@@ -534,9 +540,8 @@ std::vector<std::string> source_files(const ModelPackage::Impl& pkg,
 }
 
 // What built this folder: enough to reproduce it and to check the checkpoint it came from. No
-// timestamps, so rebuilding the same input gives the same files.
-void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDigest>& files,
-                      const std::vector<std::string>& graphs, const fs::path& dir) {
+// timestamps, so rebuilding the same input gives the same files. "files" is added by the save.
+nlohmann::json provenance(const ModelPackage::Impl& pkg, const std::vector<std::string>& graphs) {
   nlohmann::json p = {{"producer", "mobius"},
                       {"producer_version", MOBIUS_VERSION},
                       {"model_type", pkg.model_type},
@@ -562,6 +567,12 @@ void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDiges
     p["source"] = {{"repo", pkg.source_repo}, {"revision", pkg.source_revision},
                    {"commit", pkg.source_commit}};
   }
+  return p;
+}
+
+void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDigest>& files,
+                      const std::vector<std::string>& graphs, const fs::path& dir) {
+  nlohmann::json p = provenance(pkg, graphs);
   nlohmann::json fl = nlohmann::json::array();
   for (const auto& f : files)
     fl.push_back(
@@ -573,6 +584,19 @@ void write_provenance(const ModelPackage::Impl& pkg, const std::vector<FileDiges
 }
 
 }  // namespace
+
+std::string ModelPackage::provenance_json() const {
+  nlohmann::json p = provenance(*impl_, {impl_->layout.graph});
+  p["onnx_ir_version"] = kIrVersion;
+  p["onnx_opset"] = kOpsetVersion;
+  return p.dump(2);
+}
+
+onnx::ModelProto finalized_model(const ModelPackage::Impl& pkg) {
+  onnx::ModelProto model = pkg.ctx->model;
+  finalize(model, pkg.ctx->domains, pkg.model_type);
+  return model;
+}
 
 namespace {
 
@@ -588,8 +612,7 @@ size_t write_graph(const ModelPackage::Impl& pkg, const SaveOptions& opts, const
   }
 
   const mobius_context& ctx = *pkg.ctx;
-  onnx::ModelProto model = ctx.model;
-  finalize(model, ctx.domains, pkg.model_type);
+  onnx::ModelProto model = finalized_model(pkg);
   std::unordered_map<std::string, onnx::TensorProto*> by_name;
   for (auto& t : *model.mutable_graph()->mutable_initializer()) by_name[t.name()] = &t;
 
@@ -710,7 +733,8 @@ void save_folder(const fs::path& out, const std::vector<fs::path>& sources,
   if (ec) throw Error("[save] cannot create " + parent.string() + ": " + ec.message());
   if (fs::exists(target)) check_replaceable(target);
   clean_stale_temps(parent, name);
-  TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid())));
+  static std::atomic<unsigned> saves{0};
+  TempDir tmp(parent / ("." + name + kTempTag + std::to_string(::getpid()) + "-" + std::to_string(saves++)));
   fs::remove_all(tmp.path(), ec);
   if (!fs::create_directory(tmp.path(), ec) || ec)
     throw Error("[save] cannot create " + tmp.path().string() + ": " + ec.message());

@@ -17,7 +17,7 @@
 #include "checkpoint/checkpoint_files.hpp"  // OwnedFd
 #include "onnx/onnx_pb.h"
 
-namespace mobius::cli::info {
+namespace mobius::info {
 
 // Output keeps its keys in the order written (the facts a reader looks for first, first).
 using json = nlohmann::ordered_json;
@@ -144,4 +144,4 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l,
                 const std::vector<Graph>& graphs, const json& runtime_config,
                 const Provenance& prov, const Problems& problems);
 
-}  // namespace mobius::cli::info
+}  // namespace mobius::info

@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <ostream>
 
-#include "info_model.hpp"
+#include "info/info_model.hpp"
 #include "save/layout.hpp"  // the runtime names
 #include "util/untrusted.hpp"  // printable
 
-namespace mobius::cli::info {
+namespace mobius::info {
 
 namespace {
 
@@ -237,4 +237,4 @@ void print_text(std::ostream& os, const std::string& folder, const Layout& l, co
   }
 }
 
-}  // namespace mobius::cli::info
+}  // namespace mobius::info

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <set>
 
-#include "info_model.hpp"
+#include "info/info_model.hpp"
 #include "util/untrusted.hpp"  // quote_name
 
-namespace mobius::cli::info {
+namespace mobius::info {
 
 namespace fs = std::filesystem;
 
@@ -261,4 +261,4 @@ void check_data_files(Graph& g, int graph_dirfd, Problems& problems) {
   }
 }
 
-}  // namespace mobius::cli::info
+}  // namespace mobius::info

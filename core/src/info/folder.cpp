@@ -11,12 +11,12 @@
 #include <cstring>
 #include <set>
 
-#include "info_model.hpp"
+#include "info/info_model.hpp"
 #include "mobius/error.hpp"
 #include "save/layout.hpp"
 #include "util/untrusted.hpp"  // printable, quote_name, parse_json_limited
 
-namespace mobius::cli::info {
+namespace mobius::info {
 
 namespace fs = std::filesystem;
 
@@ -343,4 +343,4 @@ json tjs_config(int dirfd, Problems& problems) {
   return j["transformers.js_config"];
 }
 
-}  // namespace mobius::cli::info
+}  // namespace mobius::info
