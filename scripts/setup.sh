@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(meson ninja-build cmake pkg-config g++ libonnx-dev libprotobuf-dev protobuf-compiler
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev doctest-dev libcli11-dev libcurl4-openssl-dev libssl-dev
-  python3 python3-venv chromium)
+  python3 python3-venv python3-dev chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

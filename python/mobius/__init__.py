@@ -19,48 +19,13 @@ Errors are mobius.Error: ConfigError, CheckpointError, PluginError, HubError. Th
 the GIL released; Ctrl-C (KeyboardInterrupt) stops it and leaves the output folder as it was.
 """
 
-from . import _core
-from ._api import (
-    DTYPES,
-    RUNTIMES,
-    CheckpointError,
-    ConfigError,
-    Error,
-    Graph,
-    HubError,
-    MobiusWarning,
-    ModelPackage,
-    ModelRegistry,
-    PluginError,
-    Registration,
-    TensorInfo,
-    _get_default_registry,
-    build,
-    download,
-    info,
-)
+from . import _api, _core
+from ._api import *  # noqa: F401,F403 - the public API (its __all__)
+from ._api import _get_default_registry
 
 __version__: str = _core.version
 
-__all__ = [
-    "build",
-    "info",
-    "download",
-    "registry",
-    "ModelRegistry",
-    "ModelPackage",
-    "Graph",
-    "TensorInfo",
-    "Registration",
-    "Error",
-    "ConfigError",
-    "CheckpointError",
-    "PluginError",
-    "HubError",
-    "MobiusWarning",
-    "DTYPES",
-    "RUNTIMES",
-]
+__all__ = [*_api.__all__, "registry"]
 
 
 def __getattr__(name: str):

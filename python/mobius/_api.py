@@ -17,7 +17,6 @@ __all__ = [
     "build",
     "info",
     "download",
-    "registry",
     "ModelRegistry",
     "ModelPackage",
     "Graph",
