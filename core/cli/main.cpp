@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "info.hpp"
-#include "save/layout.hpp"
 #include "mobius/build.hpp"
 #include "mobius/convert.hpp"
 #include "mobius/hub.hpp"
