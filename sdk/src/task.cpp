@@ -86,6 +86,28 @@ const std::vector<TaskRow>& task_table() {
                       {{"ort-genai", kGenaiOnlyDecoders}}, {"input_values"}, {"logits"});
     ctc.class_suffixes = {"ForCTC"};
     t.push_back(std::move(ctc));
+    // Vision: a ViT-like tower (vision.hpp) and its heads over pixel_values, float32
+    // [batch_size, num_channels, height, width] for every dtype, as transformers' AutoModel and
+    // AutoModelForImageClassification compute them (logits before any softmax). DeiT's distilled
+    // checkpoints name DeiTForImageClassificationWithTeacher.
+    const Reasons vision = {{"ort-genai", kGenaiOnlyDecoders}};
+    TaskRow imgcls = row("image-classification", "an image classifier", {"transformers.js", "onnxruntime"}, vision,
+                         {"pixel_values"}, {"logits"});
+    imgcls.class_suffixes = {"ForImageClassification", "ForImageClassificationWithTeacher"};
+    t.push_back(std::move(imgcls));
+    TaskRow imgfe = row("image-feature-extraction", "an image encoder", {"transformers.js", "onnxruntime"}, vision,
+                        {"pixel_values"}, {"last_hidden_state"});
+    imgfe.class_suffixes = {"Model"};
+    t.push_back(std::move(imgfe));
+    // Zero-shot image classification (CLIPModel, SiglipModel): three graphs of one folder, each
+    // tower with its projection (transformers.js's text_model and vision_model) and `model`, both
+    // towers and the logits of every image against every text; the row's inputs and outputs are
+    // `model`'s.
+    TaskRow zero_shot = row("zero-shot-image-classification", "an image-text model (zero-shot classification)",
+                            {"transformers.js", "onnxruntime"}, vision, {"pixel_values", "input_ids"},
+                            {"logits_per_image", "text_embeds", "image_embeds"});
+    zero_shot.graphs = {"text_model", "vision_model", "model"};
+    t.push_back(std::move(zero_shot));
     // Encoder-decoders: two graphs in one folder, the encoder and a decoder whose cache holds the
     // self-attention keys and values and the cross-attention ones computed on its first step.
     // The graphs' inputs and outputs are checked per graph by the family (the row's are the
@@ -168,24 +190,28 @@ std::string choose_task(const std::string& model_type, const std::vector<std::st
   if (archs == config_json.end() || !archs->is_array() || archs->empty() || !archs->front().is_string())
     return tasks.front();
   const std::string cls = archs->front().get<std::string>();
+  // The longest suffix decides; rows that share it (a text encoder's and an image encoder's
+  // "Model") go to the one the model type builds.
+  auto builds = [&](const TaskRow& r) { return std::find(tasks.begin(), tasks.end(), r.name) != tasks.end(); };
   const TaskRow* best = nullptr;
   size_t best_len = 0;
   for (const TaskRow& r : task_table())
     for (const std::string& suffix : r.class_suffixes)
-      if (suffix.size() > best_len && cls.size() > suffix.size() &&
-          cls.compare(cls.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if ((suffix.size() > best_len || (suffix.size() == best_len && best && !builds(*best) && builds(r))) &&
+          cls.size() > suffix.size() && cls.compare(cls.size() - suffix.size(), suffix.size(), suffix) == 0) {
         best = &r;
         best_len = suffix.size();
       }
-  if (best && std::find(tasks.begin(), tasks.end(), best->name) != tasks.end()) return best->name;
+  if (best && builds(*best)) return best->name;
   // The class names a head: one of another task, or one no task row describes.
   const size_t for_at = cls.find("For");
   const std::string head = best ? "task " + best->name
                                 : (for_at != std::string::npos ? "head " + cls.substr(for_at + 3) : "class");
+  const bool base = tasks.front() == "feature-extraction" || tasks.front() == "image-feature-extraction";
   throw Error(MOBIUS_ERROR_KIND_CONFIG,
               "[config] config.json: 'architectures' names " + quote_value(cls) + ", whose " + head +
                   " mobius does not build for " + model_type + " (it builds " + list() + "); --task " +
-                  tasks.front() + " builds its " + (tasks.front() == "feature-extraction" ? "base model" : "first task"));
+                  tasks.front() + " builds its " + (base ? "base model" : "first task"));
 }
 
 }  // namespace detail

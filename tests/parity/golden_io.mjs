@@ -49,6 +49,10 @@ export function modelFile(p, fail) {
   // transformers.js's layout: the graph in onnx/.
   if (fs.existsSync(path.join(p, 'onnx')) && fs.statSync(path.join(p, 'onnx')).isDirectory()) p = path.join(p, 'onnx');
   const onnx = fs.readdirSync(p).filter((f) => f.endsWith('.onnx'));
+  // A folder of several graphs (a zero-shot model's text_model, vision_model and model): the
+  // one named model, at whatever dtype suffix.
+  const main = onnx.filter((f) => /^model(_[a-z0-9]+)?\.onnx$/.test(f));
+  if (onnx.length > 1 && main.length === 1) return path.join(p, main[0]);
   if (onnx.length !== 1) fail(`${p}: expected model.onnx or exactly one *.onnx file, found ${onnx.length}`);
   return path.join(p, onnx[0]);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run_tjs_encoder.sh - an encoder golden case (tests/golden-encoders) or a speech one
-# (tests/golden-speech) built for transformers.js (the default layout of its task) and run by
+# run_tjs_encoder.sh - an encoder golden case (tests/golden-encoders), a speech one
+# (tests/golden-speech) or a vision one (tests/golden-vision: image classification, image feature
+# extraction) built for transformers.js (the default layout of its task) and run by
 # transformers.js itself (tjs_encoder.mjs: the task's Auto class on the folder, the case's
 # inputs, its outputs compared).
 #
