@@ -61,6 +61,34 @@ inline RunResult build_cli(const fs::path& ckpt, const fs::path& out, const std:
              quote(ckpt.string()) + " " + quote(out.string()));
 }
 
+// A case of one of the project's golden folders: tests/<folder>/<c> ("golden-vision", "vit-imgcls").
+inline fs::path golden_case(const std::string& folder, const std::string& c) {
+  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / folder / c;
+}
+
+// What a refusal test builds: a copy of a checkpoint folder, its config.json edited, its tensors
+// kept, renamed or dropped by `keep`, `extra` files written beside it; built with `flags`.
+struct RefusedBuild {
+  std::function<void(nlohmann::json&)> edit;
+  std::function<bool(StTensor&)> keep;
+  std::map<std::string, std::string> extra;
+  std::string flags;
+};
+// Builds `b` from the checkpoint `src`: the build must fail with each of `reasons` in its
+// message, naming `file`, and write nothing.
+inline void expect_refused(const fs::path& src, const RefusedBuild& b, const std::vector<std::string>& reasons,
+                           const std::string& file = "config.json") {
+  TempDir t;
+  copy_checkpoint(src, t / "ckpt", b.edit, b.keep);
+  for (const auto& [name, text] : b.extra) write_text(t / "ckpt" / name, text);
+  RunResult r = build_cli(t / "ckpt", t / "out", b.flags);
+  INFO(r.output);
+  CHECK(r.status != 0);
+  for (const std::string& reason : reasons) CHECK(r.output.find(reason) != std::string::npos);
+  CHECK(r.output.find(file) != std::string::npos);
+  CHECK_FALSE(fs::exists(t / "out"));
+}
+
 // The parity harness (tests/parity/parity.mjs) on a built model against golden case `c`.
 inline RunResult parity(const fs::path& model, const std::string& c, const std::string& extra = "") {
   return run("cd " + quote(env_or_empty("MOBIUS_SOURCE_ROOT")) + " && node " +

@@ -13,9 +13,7 @@ using namespace mobius::test;
 
 namespace {
 
-fs::path speech_case(const std::string& c) {
-  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-speech" / c;
-}
+fs::path speech_case(const std::string& c) { return golden_case("golden-speech", c); }
 
 // facebook/wav2vec2-base-960h's config.json as published.
 const char* const kWav2Vec2Base960h = R"({
@@ -70,22 +68,13 @@ const char* const kWav2Vec2Base960h = R"({
   "vocab_size": 32
 })";
 
-// Builds a copy of speech case `c` (its config edited, its tensors kept or renamed by `keep`,
-// `extra` files written beside it) and checks that it fails with each of `reasons` in the
-// message, naming `file`, and writes nothing.
+// A copy of speech case `c` (its config edited, its tensors kept or renamed by `keep`, `extra`
+// files written beside it) must be refused with each of `reasons`, naming `file`.
 void expect_refused(const std::string& c, const std::function<void(nlohmann::json&)>& edit,
                     const std::vector<std::string>& reasons, const std::string& file = "config.json",
                     const std::map<std::string, std::string>& extra = {},
                     const std::function<bool(StTensor&)>& keep = {}) {
-  TempDir t;
-  copy_checkpoint(speech_case(c), t / "ckpt", edit, keep);
-  for (const auto& [name, text] : extra) write_text(t / "ckpt" / name, text);
-  RunResult r = build_cli(t / "ckpt", t / "out");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  for (const std::string& reason : reasons) CHECK(r.output.find(reason) != std::string::npos);
-  CHECK(r.output.find(file) != std::string::npos);
-  CHECK_FALSE(fs::exists(t / "out"));
+  test::expect_refused(speech_case(c), {edit, keep, extra, ""}, reasons, file);
 }
 
 }  // namespace

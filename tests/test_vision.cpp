@@ -34,9 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path vision_case(const std::string& c) {
-  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-vision" / c;
-}
+fs::path vision_case(const std::string& c) { return mobius::test::golden_case("golden-vision", c); }
 
 // google/vit-base-patch16-224's config.json as published, but for its 1000 ImageNet label names
 // (id2label and label2id are made below, one name per label).
@@ -141,14 +139,7 @@ void copy_case(const std::string& c, const fs::path& dir, const std::function<vo
 void expect_refused(const std::string& c, const std::function<void(nlohmann::json&)>& edit,
                     const std::vector<std::string>& reasons, const std::string& file = "config.json",
                     const std::map<std::string, std::string>& extra = {}, const std::string& flags = "") {
-  TempDir t;
-  copy_case(c, t / "ckpt", edit, extra);
-  RunResult r = build_cli(t / "ckpt", t / "out", flags);
-  INFO(r.output);
-  CHECK(r.status != 0);
-  for (const std::string& reason : reasons) CHECK(r.output.find(reason) != std::string::npos);
-  CHECK(r.output.find(file) != std::string::npos);
-  CHECK_FALSE(fs::exists(t / "out"));
+  mobius::test::expect_refused(vision_case(c), {edit, {}, extra, flags}, reasons, file);
 }
 
 }  // namespace

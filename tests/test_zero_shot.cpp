@@ -14,9 +14,7 @@ using namespace mobius::test;
 
 namespace {
 
-fs::path vision_case(const std::string& c) {
-  return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / "golden-vision" / c;
-}
+fs::path vision_case(const std::string& c) { return golden_case("golden-vision", c); }
 
 // openai/clip-vit-base-patch32's config.json, its sizes as published (the dropout and
 // initializer keys left out).
@@ -53,21 +51,13 @@ std::vector<std::string> names(const google::protobuf::RepeatedPtrField<onnx::Va
   return out;
 }
 
-// Builds a copy of case `c` (its config edited, its tensors kept by `keep`, `extra` files beside
-// it) and checks that it fails with each of `reasons`, naming `file`, and writes nothing.
+// A copy of case `c` (its config edited, its tensors kept by `keep`, `extra` files beside it,
+// built with `flags`) must be refused with each of `reasons`, naming `file`.
 void expect_refused(const std::string& c, const std::function<void(nlohmann::json&)>& edit,
                     const std::vector<std::string>& reasons, const std::string& file = "config.json",
                     const std::map<std::string, std::string>& extra = {},
                     const std::function<bool(StTensor&)>& keep = {}, const std::string& flags = "") {
-  TempDir t;
-  copy_checkpoint(vision_case(c), t / "ckpt", edit, keep);
-  for (const auto& [name, text] : extra) write_text(t / "ckpt" / name, text);
-  RunResult r = build_cli(t / "ckpt", t / "out", flags);
-  INFO(r.output);
-  CHECK(r.status != 0);
-  for (const std::string& reason : reasons) CHECK(r.output.find(reason) != std::string::npos);
-  CHECK(r.output.find(file) != std::string::npos);
-  CHECK_FALSE(fs::exists(t / "out"));
+  test::expect_refused(vision_case(c), {edit, keep, extra, flags}, reasons, file);
 }
 
 }  // namespace

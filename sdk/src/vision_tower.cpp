@@ -367,7 +367,9 @@ class Tower : public Module {
   }
 
   // The position table's rows for the image [1, lead + patches, d]: the leading tokens' as
-  // stored, the grid's resampled to the image's grid (float32, cast to `act` after).
+  // stored, the grid's resampled to the image's grid (float32, cast to `act` after). One If on
+  // whether the image's grid is the table's: the table as stored (what the resampling gives
+  // there, exactly), or resampled, so an image of the config's size pays for no resampling.
   Value positions(Graph& g, Value px, DType act) const {
     ScopeGuard s(g, "positions");
     const int64_t d = cfg.hidden_size;
@@ -375,12 +377,22 @@ class Tower : public Module {
     Value table = Reshape(position.get(g, DType::Float), {lead + gh * gw, d});
     Value rows_h = Squeeze(Div(DimOf(px, 2), Int(g, cfg.patch_height)), {0});  // the image's grid
     Value rows_w = Squeeze(Div(DimOf(px, 3), Int(g, cfg.patch_width)), {0});
-    Value grid = Reshape(Slice(table, {lead}, {lead + gh * gw}, {0}), {gh, gw * d});
-    Value t = MatMul(resample_weights(g, rows_h, gh, spec.resample), grid);  // [nh, gw * d]
-    t = Reshape(Transpose(Reshape(t, {-1, gw, d}), {1, 0, 2}), {gw, -1});  // [gw, nh * d]
-    t = MatMul(resample_weights(g, rows_w, gw, spec.resample), t);          // [nw, nh * d]
-    t = Reshape(Transpose(Reshape(t, {0, -1, d}), {1, 0, 2}), {-1, d});     // [nh * nw, d]
-    if (lead > 0) t = Concat({Slice(table, {0}, {lead}, {0}), t}, 0);
+    Value same = And(Equal(rows_h, Int(g, gh)), Equal(rows_w, Int(g, gw)));
+    std::shared_ptr<Graph> stored = g.subgraph("stored"), resampled = g.subgraph("resampled");
+    stored->output(stored->outer(table), stored->fresh_name("positions"));
+    {
+      Graph& r = *resampled;
+      Value tab = r.outer(table);
+      Value grid = Reshape(Slice(tab, {lead}, {lead + gh * gw}, {0}), {gh, gw * d});
+      Value t = MatMul(resample_weights(r, r.outer(rows_h), gh, spec.resample), grid);  // [nh, gw * d]
+      t = Reshape(Transpose(Reshape(t, {-1, gw, d}), {1, 0, 2}), {gw, -1});            // [gw, nh * d]
+      t = MatMul(resample_weights(r, r.outer(rows_w), gw, spec.resample), t);           // [nw, nh * d]
+      t = Reshape(Transpose(Reshape(t, {0, -1, d}), {1, 0, 2}), {-1, d});               // [nh * nw, d]
+      if (lead > 0) t = Concat({Slice(tab, {0}, {lead}, {0}), t}, 0);
+      r.output(t, r.fresh_name("positions"));
+    }
+    Value t = g.node("If", {same}, {TensorType(DType::Float, {Dim(), Dim(d)})},
+                     {Attr("then_branch", stored), Attr("else_branch", resampled)})[0];
     return Cast(Unsqueeze(t, {0}), act);
   }
 
