@@ -66,6 +66,22 @@ inline fs::path golden_case(const std::string& folder, const std::string& c) {
   return fs::path(env_or_empty("MOBIUS_SOURCE_ROOT")) / "tests" / folder / c;
 }
 
+// `mobius list --json` shows each of `types` with exactly `tasks` and the default runtime `runtime`.
+inline void expect_listed(const std::vector<std::string>& types, const nlohmann::json& tasks, const std::string& runtime) {
+  RunResult list = run(quote(env_or_empty("MOBIUS_CLI")) + " list --json");
+  REQUIRE(list.status == 0);
+  size_t found = 0;
+  for (const auto& e : nlohmann::json::parse(list.output))
+    for (const std::string& type : types)
+      if (e["model_type"] == type) {
+        ++found;
+        CAPTURE(type);
+        CHECK(e["tasks"] == tasks);
+        CHECK(e["default_runtime"] == runtime);
+      }
+  CHECK(found == types.size());
+}
+
 // What a refusal test builds: a copy of a checkpoint folder, its config.json edited, its tensors
 // kept, renamed or dropped by `keep`, `extra` files written beside it; built with `flags`.
 struct RefusedBuild {

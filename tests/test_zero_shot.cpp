@@ -159,4 +159,6 @@ TEST_CASE("zero-shot: a preprocessor_config.json of other images is refused; Gen
   expect_refused("siglip-zeroshot", {}, {"'size'"}, "preprocessor_config.json", {{"preprocessor_config.json", bad.dump()}});
   expect_refused("siglip-zeroshot", {}, {"which ONNX Runtime GenAI does not run", "--runtime transformers.js"},
                  "siglip", {}, {}, "--runtime ort-genai");
+  expect_listed({"clip", "siglip"}, {"zero-shot-image-classification"}, "transformers.js");
+  expect_listed({"clip_vision_model", "siglip_vision_model"}, {"image-feature-extraction"}, "transformers.js");
 }
