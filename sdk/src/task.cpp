@@ -97,7 +97,7 @@ const std::vector<TaskRow>& task_table() {
     t.push_back(std::move(imgcls));
     TaskRow imgfe = row("image-feature-extraction", "an image encoder", {"transformers.js", "onnxruntime"}, vision,
                         {"pixel_values"}, {"last_hidden_state"});
-    imgfe.class_suffixes = {"Model"};
+    imgfe.class_suffixes = {"Model", "ModelWithProjection"};  // CLIPVisionModelWithProjection: image_embeds
     t.push_back(std::move(imgfe));
     // Zero-shot image classification (CLIPModel, SiglipModel): three graphs of one folder, each
     // tower with its projection (transformers.js's text_model and vision_model) and `model`, both

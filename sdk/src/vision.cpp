@@ -79,6 +79,7 @@ VisionSpec clip_row() {
   n.final_norm = "";
   n.pooler = "";
   n.pooled_norm = "post_layernorm";
+  n.projection = "visual_projection";
   n.classifier = "";
   s.pooling = VisionSpec::Pooling::NormedCls;
   return s;
@@ -103,6 +104,7 @@ VisionSpec siglip_row() {
   n.final_norm = "post_layernorm";
   n.pooled_norm = "";
   n.attention_pool = "head";
+  n.projection = "";
   s.pooling = VisionSpec::Pooling::AttentionHead;
   return s;
 }
@@ -174,6 +176,13 @@ VisionConfig read_vision_config(const VisionSpec& spec, const nlohmann::json& ra
     const std::string teacher = "WithTeacher";
     c.distilled_head = !spec.names.cls_classifier.empty() && cls.size() > teacher.size() &&
                        cls.compare(cls.size() - teacher.size(), teacher.size(), teacher) == 0;
+    const std::string projected = "WithProjection";
+    c.with_projection = !spec.names.projection.empty() && cls.size() > projected.size() &&
+                        cls.compare(cls.size() - projected.size(), projected.size(), projected) == 0;
+  }
+  if (!spec.names.projection.empty()) {
+    c.projection_dim = r.get_int("projection_dim", c.projection_dim);
+    check_range(r, "projection_dim", c.projection_dim, 1, 1 << 20);
   }
   const int64_t grid = (c.image_height / c.patch_height) * (c.image_width / c.patch_width);
   if (grid + leading_positions(spec) > kMaxPositions)

@@ -410,6 +410,13 @@ class Tower : public Module {
 // The classifier on the tower's last_hidden_state (its tensors at the checkpoint's root):
 // classifier(h[:, 0]); DeiT's distilled head, the mean of cls_classifier(h[:, 0]) and
 // distillation_classifier(h[:, 1]); DINOv2's classifier(concat(h[:, 0], mean of the patches)).
+// A projection at the checkpoint's root, without bias (CLIP's visual_projection).
+class Projection : public Module {
+ public:
+  Projection(const std::string& name, int64_t in, int64_t out) { linear = &add<Linear>(name, in, out, false); }
+  const Linear* linear;
+};
+
 class VisionHead : public Module {
  public:
   VisionHead(const VisionSpec& s, const VisionConfig& c, bool distilled) : spec(s), cfg(c) {
@@ -500,10 +507,19 @@ void build_vision(BuildContext& ctx, const VisionSpec& spec, const VisionConfig&
   // hand over), cast inside.
   Value px = g.input("pixel_values",
                      TensorType(DType::Float, {Dim("batch_size"), Dim(cfg.num_channels), Dim("height"), Dim("width")}));
-  const VisionOutputs out = vision_tower(g, spec, cfg, prefix, px, pooler);
+  // CLIPVisionModelWithProjection: image_embeds in place of pooler_output, where the checkpoint
+  // has the projection (without weights: where architectures names the class).
+  const bool project = !classify && !n.projection.empty() &&
+                       (ctx.no_weights() ? cfg.with_projection : ctx.query_tensor(n.projection + ".weight").has_value());
+  const VisionOutputs out = vision_tower(g, spec, cfg, prefix, px, pooler || project);
   if (!classify) {
     g.output(out.last_hidden_state, "last_hidden_state");
-    if (out.pooler_output.valid()) g.output(out.pooler_output, "pooler_output");
+    if (project) {
+      Projection projection(n.projection, cfg.hidden_size, cfg.projection_dim);
+      g.output(projection.linear->forward(g, out.pooler_output), "image_embeds");
+    } else if (out.pooler_output.valid()) {
+      g.output(out.pooler_output, "pooler_output");
+    }
     return;
   }
   VisionHead head(spec, cfg, distilled);

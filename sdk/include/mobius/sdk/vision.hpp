@@ -83,12 +83,17 @@ struct VisionConfig {
   int64_t num_labels = 2;
   // architectures[0] is DeiTForImageClassificationWithTeacher (without weights, the head to build).
   bool distilled_head = false;
+  // CLIPVisionModelWithProjection: image_embeds = visual_projection(pooler_output), projection_dim
+  // wide (with_projection: architectures[0] names it; without weights, whether to build it).
+  int64_t projection_dim = 512;
+  bool with_projection = false;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(VisionConfig, model_type, hidden_size, num_hidden_layers,
                                                 num_attention_heads, intermediate_size, hidden_act, layer_norm_eps,
                                                 image_height, image_width, patch_height, patch_width, num_channels,
                                                 qkv_bias, use_swiglu_ffn, num_register_tokens, pooler_output_size,
-                                                pooler_act, use_head, num_labels, distilled_head)
+                                                pooler_act, use_head, num_labels, distilled_head, projection_dim,
+                                                with_projection)
 
 // What a family calls its tensors: the tower's from its root, the heads' from the checkpoint's
 // root; "" for a part the family does not have.
@@ -120,6 +125,9 @@ struct VisionNames {
   std::string pooler = "pooler.dense";   // ViT, DeiT
   std::string pooled_norm = "";          // CLIP: post_layernorm, on the pooled class token
   std::string attention_pool = "";       // SigLIP: head
+  // CLIPVisionModelWithProjection's projection of pooler_output to image_embeds, from the
+  // checkpoint's root (without bias): read where the checkpoint has it.
+  std::string projection = "";
   // Tensors a checkpoint may hold that no task reads (DINOv2's mask token, the position ids
   // older checkpoints saved), from the tower's root.
   std::vector<std::string> unused = {"embeddings.mask_token", "embeddings.position_ids"};
