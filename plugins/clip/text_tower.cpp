@@ -171,10 +171,6 @@ TextOutputs TextTransformer::forward(Graph& g, Value input_ids, Value attention_
     bias = op::Where(hidden, op::Scalar(g, DType::Float, -FLT_MAX), op::Scalar(g, DType::Float, 0.0));
   } else {
     // Bidirectional: every key but padding (all of them without an attention_mask).
-    if (!attention_mask.valid()) {
-      ScopeGuard s(g, "attention_mask");
-      attention_mask = op::ConstantOfShape(op::Shape(input_ids), DType::Int64, 1.0, 2);
-    }
     padded.emplace(attention_mask);
   }
   for (const Layer* l : layers) h = l->forward(g, h, bias, padded ? &*padded : nullptr);

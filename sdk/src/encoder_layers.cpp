@@ -37,7 +37,7 @@ void check_encoder_config(const ConfigReader& r, const std::string& model_type, 
 }
 
 Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
-                        const EncoderRope* rope) {
+                        const EncoderRope* rope, double scale) {
   q = Transpose(Reshape(q, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
   if (rope) {
     k = Transpose(Reshape(k, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
@@ -48,16 +48,17 @@ Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int6
   }
   v = Transpose(Reshape(v, {0, 0, heads, head_dim}), {0, 2, 1, 3});  // [b, h, s, d]
   if (rope && rope->values) v = apply_rope(v, rope->cos, rope->sin, rope->interleaved);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   Value scores = Cast(MatMul(q, k), DType::Float);
-  scores = Add(Mul(scores, Scalar(g, DType::Float, scale)), bias);
+  scores = Mul(scores, Scalar(g, DType::Float, scale));
+  if (bias.valid()) scores = Add(scores, bias);
   Value probs = Cast(Softmax(scores, -1), v.dtype());
   Value o = MatMul(probs, v);                                           // [b, h, s, d]
   return Reshape(Transpose(o, {0, 2, 1, 3}), {0, 0, heads * head_dim});  // [b, s, hidden]
 }
 
 Value PaddedAttention::mask_bias(Graph& g) const {
-  if (!bias_.valid()) {
+  if (!bias_.valid() && attention_mask.valid()) {
     ScopeGuard s(g, "padding_mask");
     Value masked = Equal(attention_mask, Int(g, 0));  // [b, s]
     bias_ = Unsqueeze(Where(masked, Scalar(g, DType::Float, -FLT_MAX), Scalar(g, DType::Float, 0.0)), {1, 2});
@@ -66,7 +67,7 @@ Value PaddedAttention::mask_bias(Graph& g) const {
 }
 
 Value PaddedAttention::key_padding(Graph& g) const {
-  if (!int32_.valid()) {
+  if (!int32_.valid() && attention_mask.valid()) {
     ScopeGuard s(g, "padding_mask");
     int32_ = Cast(attention_mask, DType::Int32);
   }
@@ -88,10 +89,14 @@ EncoderRope rotary_angles(Graph& g, Value seq, int64_t head_dim, double theta, D
 }
 
 Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, const PaddedAttention& mask,
-                       const EncoderRope* rope) {
+                       const EncoderRope* rope, double scale) {
+  if (scale == 0) scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   if (!ort_ops(g.context()) || q.dtype() != DType::Float || (rope && rope->values)) {
-    Value bias = mask.position_bias.valid() ? Add(mask.mask_bias(g), mask.position_bias) : mask.mask_bias(g);
-    return encoder_attention(g, q, k, v, heads, head_dim, bias, rope);
+    Value padding = mask.mask_bias(g);
+    Value bias = !mask.position_bias.valid() ? padding
+                 : padding.valid()          ? Add(padding, mask.position_bias)
+                                            : mask.position_bias;
+    return encoder_attention(g, q, k, v, heads, head_dim, bias, rope, scale);
   }
   if (rope) {
     auto rotate = [&](Value x) {
@@ -105,8 +110,7 @@ Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64
   std::vector<Value> inputs = {q, k, v, Value(), mask.key_padding(g)};
   if (mask.position_bias.valid()) inputs.push_back(mask.position_bias);
   return g.node("MultiHeadAttention", inputs, {q.type()},
-                {Attr("num_heads", heads), Attr("scale", 1.0 / std::sqrt(static_cast<double>(head_dim))),
-                 Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
+                {Attr("num_heads", heads), Attr("scale", scale), Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
                 "com.microsoft")[0];
 }
 

@@ -300,7 +300,10 @@ class Seq2SeqModel : public Module {
   void build_encoder(BuildContext& ctx, Graph& g) const {
     const DType act = activation_dtype(ctx);
     const Dim b("batch_size"), s("encoder_sequence_length");
-    Value h, bias, key_padding;
+    Value h, bias;
+    // The padding, as the eager form's additive bias and as MultiHeadAttention's key mask (made
+    // once, before the layers, which copy it); Whisper's encoder has none.
+    PaddedAttention padding{Value()};
     if (spec.audio) {
       // WhisperEncoder: gelu(conv1(x)), gelu(conv2(.)) (stride 2), [b, frames / 2, d] plus the
       // stored sinusoids of as many positions. GenAI feeds 3000 frames as audio_features.
@@ -319,10 +322,9 @@ class Seq2SeqModel : public Module {
     } else {
       Value ids = g.input("input_ids", TensorType(DType::Int64, {b, s}));
       Value mask = g.input("attention_mask", TensorType(DType::Int64, {b, s}));
-      // The padding as the eager form's additive bias and as MultiHeadAttention's key mask.
-      const PaddedAttention padding(mask);
+      padding = PaddedAttention(mask);
       bias = padding.mask_bias(g);
-      if (ort_ops(ctx) && act == DType::Float) key_padding = padding.key_padding(g);
+      if (ort_ops(ctx) && act == DType::Float) padding.key_padding(g);
       Value n = Squeeze(DimOf(ids, 1), {0});
       Value positions = spec.positions == Seq2SeqSpec::Positions::Fairseq ? fairseq_positions(g, ids, Int(g, 0))
                                                                            : Range(Int(g, 0), n, Int(g, 1));
@@ -347,7 +349,15 @@ class Seq2SeqModel : public Module {
       }
       h = residual(g, pre_norm(), *l->self_norm, h, [&](Value x) {
         const Attention& a = *l->self;
-        if (ort_ops(ctx) && x.dtype() == DType::Float) return fused_self_attention(g, a, x, key_padding, pb);
+        if (ort_ops(ctx) && x.dtype() == DType::Float) {
+          // One MultiHeadAttention (its CPU kernel computes the scores and softmax in float32, as
+          // the eager form): the padding as its key mask, T5's position bias as its bias, the
+          // family's scale.
+          PaddedAttention layer_mask = padding;
+          layer_mask.position_bias = pb;
+          return a.o->forward(g, padded_attention(g, a.q->forward(g, x), a.k->forward(g, x), a.v->forward(g, x), a.heads,
+                                                  a.head_dim, layer_mask, nullptr, a.scale));
+        }
         Value b = pb.valid() ? (bias.valid() ? Add(bias, pb) : pb) : bias;
         return a.attend(g, a.query(g, x), a.heads_first(a.k->forward(g, x)),
                         a.heads_first(a.v->forward(g, x)), b);
@@ -370,19 +380,6 @@ class Seq2SeqModel : public Module {
   }
 
   bool pre_norm() const { return spec.style == Style::T5 || spec.pre_norm; }
-
-  // Self-attention of x as one MultiHeadAttention (com.microsoft; its CPU kernel computes the
-  // scores and softmax in float32, as the eager form): the padding as its key_padding_mask (int32
-  // [b, s]), T5's position bias as its attention_bias, the family's scale.
-  Value fused_self_attention(Graph& g, const Attention& a, Value x, Value key_padding, Value position_bias) const {
-    std::vector<Value> in = {a.q->forward(g, x), a.k->forward(g, x), a.v->forward(g, x), Value(), key_padding};
-    if (position_bias.valid()) in.push_back(position_bias);
-    Value o = g.node("MultiHeadAttention", in, {TensorType(x.dtype(), {x.dim(0), x.dim(1), Dim(a.heads * a.head_dim)})},
-                     {Attr("num_heads", a.heads), Attr("scale", a.scale),
-                      Attr("mask_filter_value", static_cast<double>(-FLT_MAX))},
-                     "com.microsoft")[0];
-    return a.o->forward(g, o);
-  }
 
   // The decoder's cache names: transformers.js's and Optimum's past_key_values.<i>.decoder.key
   // and present.<i>.decoder.key, or GenAI's past_key_self_<i> and present_key_self_<i>; the

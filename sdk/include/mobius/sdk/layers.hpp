@@ -283,20 +283,22 @@ struct EncoderRope {
   bool interleaved = false;
   bool values = false;  // RoFormer's rotary_value
 };
+// `bias`, when valid, is added to the scores; `scale` 0 is head_dim^-0.5.
 Value encoder_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, Value bias,
-                        const EncoderRope* rope = nullptr);
+                        const EncoderRope* rope = nullptr, double scale = 0);
 // rotate_half angles for positions 0 .. seq-1 (`seq` an int64 scalar), inv_freq from
 // rope_inv_freq of an unscaled rope of `theta`: cos / sin [seq, head_dim] in `act`.
 EncoderRope rotary_angles(Graph& g, Value seq, int64_t head_dim, double theta, DType act);
 // Bidirectional attention over padded sequences, as encoder_attention computes it (keys whose
-// attention_mask is 0 at finfo(float32).min; `position_bias`, when valid, a float32 relative
-// position bias [1, heads, seq, seq] added to the scores; q and k rotated with `rope`). With
+// attention_mask is 0 at finfo(float32).min; every key when there is no attention_mask;
+// `position_bias`, when valid, a float32 relative position bias [1, heads, seq, seq] added to the
+// scores; q and k rotated with `rope`; the scores scaled by `scale`, 0 for head_dim^-0.5). With
 // ONNX Runtime's operators and float32 activations: one MultiHeadAttention (com.microsoft) node,
 // the padding as its key_padding_mask; else encoder_attention with `mask_bias` (the padding's
 // additive bias [batch, 1, 1, seq]).
 struct PaddedAttention {
   explicit PaddedAttention(Value attention_mask) : attention_mask(attention_mask) {}
-  Value attention_mask;  // int64 [batch, seq]: 1 a real token
+  Value attention_mask;  // int64 [batch, seq]: 1 a real token; invalid: no padding
   Value position_bias;   // optional
   // The padding as an additive float32 bias [batch, 1, 1, seq] (finfo(float32).min at padding),
   // and as the int32 mask ONNX Runtime's attention operators take: each made once, when first
@@ -308,7 +310,7 @@ struct PaddedAttention {
   mutable Value bias_, int32_;
 };
 Value padded_attention(Graph& g, Value q, Value k, Value v, int64_t heads, int64_t head_dim, const PaddedAttention& mask,
-                       const EncoderRope* rope = nullptr);
+                       const EncoderRope* rope = nullptr, double scale = 0);
 // Self-attention of x [batch, seq, in] through the linears `qkv` (query, key, value, each biased;
 // their weights and biases packed into initializers `name`.weight / `name`.bias): with ONNX
 // Runtime's operators, float32 activations, float weights and no rotary, one Attention
