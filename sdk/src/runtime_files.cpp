@@ -3,6 +3,7 @@
 // inputs and outputs and from the checkpoint's small config files.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 
@@ -145,6 +146,8 @@ bool transformers_js_causal_lm(const std::string& t) {
   return k.count(t) > 0;
 }
 
+}  // namespace
+
 // config.json as transformers.js 4.3 loads a Qwen3.5 text model from one onnx/model.onnx, or
 // nullopt when the copy serves as is:
 // - a composite checkpoint names Qwen3_5ForConditionalGeneration, which makes
@@ -156,15 +159,21 @@ bool transformers_js_causal_lm(const std::string& t) {
 //   is absent but not when vision_config is): a text-only config gets an empty vision_config.
 // - a model built as another type (a manifest's alias, a fallback for a type nobody registers)
 //   is loaded as that type: transformers.js picks the class by model_type.
+// - a type transformers.js 4.x has no class for, whose graphs and config keys another type's
+//   class runs (models/registry.js, configs.js getNormalizedConfig), is loaded as that type:
+//   UMT5 as MT5, Pegasus as BART.
 std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::string& model_type) {
+  static const std::map<std::string, std::string> runs_as = {{"umt5", "mt5"}, {"pegasus", "bart"}};
   std::optional<std::string> text = ctx.source_config();
   if (!text) return std::nullopt;
   nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (!cfg.is_object()) return std::nullopt;
   if (model_type != "qwen3_5" && model_type != "qwen3_5_text") {
+    const auto as = runs_as.find(model_type);
+    const std::string type = as == runs_as.end() ? model_type : as->second;
     auto t = cfg.find("model_type");
-    if (t == cfg.end() || !t->is_string() || t->get<std::string>() == model_type) return std::nullopt;
-    *t = model_type;
+    if (t == cfg.end() || !t->is_string() || t->get<std::string>() == type) return std::nullopt;
+    *t = type;
     return cfg.dump(2) + "\n";
   }
   if (model_type == "qwen3_5") cfg["architectures"] = nlohmann::ordered_json::array({"Qwen3_5ForCausalLM"});
@@ -172,8 +181,6 @@ std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::
     cfg["vision_config"] = nlohmann::ordered_json::object();
   return cfg.dump(2) + "\n";
 }
-
-}  // namespace
 
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
                                const nlohmann::json& cfg) {

@@ -22,21 +22,11 @@ void text_generation_files(BuildContext& ctx, const std::string& model_type, con
 
 const std::string kGenaiOnlyDecoders = "it runs text-generation decoders only";
 
-// transformers.js 4.x runs an encoder-decoder by the class its model_type names, and has none for
-// UMT5 and Pegasus (models/registry.js, configs.js getNormalizedConfig): their folders name the
-// type whose class runs the same two graphs with the same config keys (MT5's, BART's).
+// transformers.js runs an encoder-decoder by the class its model_type names (UMT5's and Pegasus's
+// folders name the type whose class runs them: detail::transformers_js_config).
 void text2text_files(BuildContext& ctx, const std::string& model_type, const nlohmann::json&) {
-  static const std::vector<std::pair<std::string, std::string>> runs_as = {{"umt5", "mt5"}, {"pegasus", "bart"}};
   if (ctx.runtime() != "transformers.js") return;
-  for (const auto& [type, as] : runs_as) {
-    if (type != model_type) continue;
-    const std::optional<std::string> text = ctx.source_config();
-    if (!text) return;
-    nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
-    if (!cfg.is_object()) return;
-    cfg["model_type"] = as;
-    ctx.add_runtime_file("config.json", cfg.dump(2) + "\n");
-  }
+  if (auto c = detail::transformers_js_config(ctx, model_type)) ctx.add_runtime_file("config.json", *c);
 }
 
 }  // namespace

@@ -83,6 +83,9 @@ mobius_status run_guarded(const mobius_host_api* host, mobius_context* ctx,
 // - onnxruntime: nothing.
 void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
                                const nlohmann::json& normalized_config);
+// The checkpoint's config.json as transformers.js must read it to load a folder of `model_type`
+// (runtime_files.cpp says when and why it differs); nullopt when it can be copied as it is.
+std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::string& model_type);
 }  // namespace detail
 
 }  // namespace mobius
