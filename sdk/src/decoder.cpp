@@ -406,11 +406,12 @@ CacheIoNames cache_io_names(const std::string& runtime, size_t layer, const std:
   const std::string n = std::to_string(layer);
   if (runtime == "transformers.js") {
     // transformers.js (configs.js getCacheNames, modeling_utils.js getPastKeyValues) turns
-    // present_conv / present_recurrent / present into past_conv / past_recurrent /
-    // past_key_values, and takes the past length from the first past_key_values.* tensor's
-    // second-to-last axis.
+    // present_conv / present_recurrent / present_ssm / present into past_conv / past_recurrent /
+    // past_ssm / past_key_values, and takes the past length from the first past_key_values.*
+    // tensor's second-to-last axis.
     if (kind == "conv_state") return {"past_conv." + n, "present_conv." + n};
     if (kind == "recurrent_state") return {"past_recurrent." + n, "present_recurrent." + n};
+    if (kind == "ssm_state") return {"past_ssm." + n, "present_ssm." + n};
     if (kind == "latent") return {"past_key_values." + n + ".key", "present." + n + ".key"};
   }
   return {"past_key_values." + n + "." + kind, "present." + n + "." + kind};

@@ -188,8 +188,8 @@ const std::vector<FamilyRow<MoEConfig>>& MoEConfig::rows() {
       {"deepseek_v3",
        {.moe_intermediate_size = 2048, .n_routed_experts = 256, .n_shared_experts = 1,
         .num_experts_per_tok = 8, .first_k_dense_replace = 3, .scoring = "sigmoid",
-        .topk_method = "noaux_tc", .n_group = 8, .topk_group = 4, .norm_topk_prob = true,
-        .routed_scaling_factor = 2.5},
+        .correction_bias = true, .topk_method = "noaux_tc", .n_group = 8, .topk_group = 4,
+        .norm_topk_prob = true, .routed_scaling_factor = 2.5},
        deepseek_moe_reads({"norm_topk_prob"})},
       // Mixtral (configuration_mixtral.py, MixtralSparseMoeBlock): every layer is sparse, its
       // experts as wide as intermediate_size; a float32 softmax over all experts, the top k
@@ -220,6 +220,107 @@ const std::vector<FamilyRow<MoEConfig>>& MoEConfig::rows() {
        {FieldKey("moe_intermediate_size", "intermediate_size"),
         FieldKey("n_routed_experts", "num_local_experts").or_key("num_experts"),
         "num_experts_per_tok", "swiglu_limit", "swiglu_alpha"}},
+      // Qwen2-MoE (configuration_qwen2_moe.py, Qwen2MoeSparseMoeBlock): Qwen3-MoE's layers and
+      // router plus one shared expert of its own width, scaled by sigmoid(shared_expert_gate(x)).
+      {"qwen2_moe",
+       {.moe_intermediate_size = 1408, .n_routed_experts = 60, .n_shared_experts = 1,
+        .shared_expert_intermediate_size = 5632, .shared_expert_gate = true,
+        .num_experts_per_tok = 4, .scoring = "softmax", .norm_topk_prob = false},
+       {"moe_intermediate_size", FieldKey("n_routed_experts", "num_experts"),
+        "num_experts_per_tok", "decoder_sparse_step",
+        FieldKey("mlp_only_layers").null_is(nlohmann::json::array()), "norm_topk_prob",
+        "shared_expert_intermediate_size"}},
+      // Qwen3-Next (configuration_qwen3_next.py): Qwen2-MoE's block with other defaults.
+      {"qwen3_next",
+       {.moe_intermediate_size = 512, .n_routed_experts = 512, .n_shared_experts = 1,
+        .shared_expert_intermediate_size = 512, .shared_expert_gate = true,
+        .num_experts_per_tok = 10, .scoring = "softmax", .norm_topk_prob = true},
+       {"moe_intermediate_size", FieldKey("n_routed_experts", "num_experts"),
+        "num_experts_per_tok", "decoder_sparse_step",
+        FieldKey("mlp_only_layers").null_is(nlohmann::json::array()), "norm_topk_prob",
+        "shared_expert_intermediate_size"}},
+      // OLMoE (configuration_olmoe.py, OlmoeSparseMoeBlock): every layer sparse, experts as wide
+      // as intermediate_size, Qwen-MoE's router.
+      {"olmoe",
+       {.moe_intermediate_size = 2048, .n_routed_experts = 64, .num_experts_per_tok = 8,
+        .scoring = "softmax", .norm_topk_prob = false},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_experts").or_key("num_local_experts"),
+        "num_experts_per_tok", "norm_topk_prob"}},
+      // Granite-MoE (configuration_granitemoe.py, GraniteMoeTopKRouter): every layer sparse,
+      // experts as wide as intermediate_size; a softmax over the top k logits.
+      {"granitemoe",
+       {.moe_intermediate_size = 11008, .n_routed_experts = 8, .num_experts_per_tok = 2,
+        .scoring = "topk_softmax"},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts"), "num_experts_per_tok"}},
+      // PhiMoE (configuration_phimoe.py, sparsemixer): every layer sparse, experts as wide as
+      // intermediate_size, two experts chosen by the sparse mixer.
+      {"phimoe",
+       {.moe_intermediate_size = 6400, .n_routed_experts = 16, .num_experts_per_tok = 2,
+        .scoring = "sparsemixer", .jitter_eps = 0.01},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts"), "num_experts_per_tok",
+        FieldKey("jitter_eps", "router_jitter_noise")}},
+      // ERNIE 4.5 MoE (configuration_ernie4_5_moe.py, Ernie4_5_MoeTopKRouter): the layers
+      // moe_layer_start_index..moe_layer_end_index (-1: the last) that are every
+      // moe_layer_interval-th; a float32 softmax, the choice biased by moe_statics'
+      // e_score_correction_bias, the k weights always renormalised; shared experts.
+      {"ernie4_5_moe",
+       {.moe_intermediate_size = 1536, .n_routed_experts = 64, .n_shared_experts = 2,
+        .num_experts_per_tok = 6, .first_k_dense_replace = 1, .last_moe_layer = -1,
+        .decoder_sparse_step = 1, .scoring = "softmax", .correction_bias = true,
+        .norm_topk_prob = true},
+       {"moe_intermediate_size",
+        FieldKey("n_routed_experts", "moe_num_experts").or_key("num_experts"),
+        FieldKey("num_experts_per_tok", "moe_k").or_key("num_experts_per_tok"),
+        FieldKey("n_shared_experts", "moe_num_shared_experts").null_is(0),
+        FieldKey("first_k_dense_replace", "moe_layer_start_index"),
+        FieldKey("last_moe_layer", "moe_layer_end_index"),
+        FieldKey("decoder_sparse_step", "moe_layer_interval")}},
+      // GLM-4.5 (configuration_glm4_moe.py, Glm4MoeTopkRouter): DeepSeek V3's router (sigmoid,
+      // correction bias, noaux_tc groups) and layers (dense below first_k_dense_replace).
+      {"glm4_moe",
+       {.moe_intermediate_size = 1408, .n_routed_experts = 128, .n_shared_experts = 1,
+        .num_experts_per_tok = 8, .first_k_dense_replace = 1, .scoring = "sigmoid",
+        .correction_bias = true, .topk_method = "noaux_tc", .n_group = 1, .topk_group = 1,
+        .norm_topk_prob = true, .routed_scaling_factor = 1.0},
+       {"moe_intermediate_size", FieldKey("n_routed_experts").or_key("num_local_experts"),
+        FieldKey("n_shared_experts").null_is(0), "num_experts_per_tok", "first_k_dense_replace",
+        FieldKey("n_group").null_is(1), FieldKey("topk_group").null_is(1), "norm_topk_prob",
+        "routed_scaling_factor"}},
+      // HunYuan-MoE (configuration_hunyuan_v1_moe.py, HunYuanMoEV1Gate): every layer sparse,
+      // experts and the one shared MLP as wide as intermediate_size; the k weights always
+      // renormalised.
+      {"hunyuan_v1_moe",
+       {.moe_intermediate_size = 11008, .n_routed_experts = 1, .n_shared_experts = 1,
+        .shared_expert_intermediate_size = 11008, .num_experts_per_tok = 1,
+        .scoring = "softmax", .norm_topk_prob = true},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("shared_expert_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_experts").or_key("num_local_experts"),
+        FieldKey("num_experts_per_tok", "moe_topk").or_key("num_experts_per_tok")}},
+      // DBRX (configuration_dbrx.py's ffn_config, DbrxRouter): every layer sparse, experts as
+      // wide as ffn_hidden_size; a softmax, the k weights divided by their
+      // moe_normalize_expert_weights-norm (the family reads that key: null is none).
+      {"dbrx",
+       {.moe_intermediate_size = 3584, .n_routed_experts = 4, .num_experts_per_tok = 1,
+        .scoring = "softmax", .norm_topk_prob = true, .norm_topk_p = 1.0},
+       {FieldKey("moe_intermediate_size", "ffn_hidden_size"),
+        FieldKey("n_routed_experts", "moe_num_experts"),
+        FieldKey("num_experts_per_tok", "moe_top_k")}},
+      // Llama 4 (configuration_llama4.py's text config, Llama4TextMoe): the layers moe_layers
+      // lists (the family fills it from interleave_moe_layer_step when absent); experts and the
+      // shared expert as wide as intermediate_size; the sigmoid of the top k logits scales each
+      // chosen expert's input.
+      {"llama4_text",
+       {.moe_intermediate_size = 8192, .n_routed_experts = 16, .n_shared_experts = 1,
+        .shared_expert_intermediate_size = 8192, .num_experts_per_tok = 1,
+        .scoring = "topk_sigmoid", .weight_inputs = true},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("shared_expert_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts"), "num_experts_per_tok",
+        FieldKey("moe_layers").null_is(nlohmann::json::array())}},
   };
   return rows;
 }
@@ -255,13 +356,27 @@ void MoEConfig::validate(const ConfigSite& site) const {
     c.fail("num_experts_per_tok", "(" + std::to_string(num_experts_per_tok) +
                                       ") must be between 1 and " + c.quoted("n_routed_experts") +
                                       " (" + std::to_string(n_routed_experts) + ")");
-  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "topk_softmax")
+  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "topk_softmax" &&
+      scoring != "topk_sigmoid" && scoring != "sparsemixer")
     c.fail("scoring", "has unknown value " + quote_value(scoring) +
-                          " (known: softmax, sigmoid, topk_softmax)");
-  // The softmax over the chosen logits leaves no scores to choose groups by.
-  if (scoring == "topk_softmax" && topk_method != "greedy")
-    c.fail("topk_method", "must be greedy with a softmax over the top-k logits, got " +
+                          " (known: softmax, sigmoid, topk_softmax, topk_sigmoid, sparsemixer)");
+  // Scoring the chosen logits only leaves no scores to choose groups by.
+  const bool topk_first = scoring == "topk_softmax" || scoring == "topk_sigmoid" || scoring == "sparsemixer";
+  if (topk_first && topk_method != "greedy")
+    c.fail("topk_method", "must be greedy with " + quote_value(scoring) + " scoring, got " +
                               quote_value(topk_method));
+  if (topk_first && correction_bias)
+    c.fail("scoring", quote_value(scoring) + " has no scores for a correction bias to adjust");
+  if (scoring == "sparsemixer" && num_experts_per_tok != 2)
+    c.fail("num_experts_per_tok", "must be 2 for the sparse mixer, got " +
+                                      std::to_string(num_experts_per_tok));
+  if (!std::isfinite(jitter_eps) || jitter_eps < 0) c.fail("jitter_eps", "must be a non-negative number");
+  if (!std::isfinite(norm_topk_p) || norm_topk_p <= 0) c.fail("norm_topk_p", "must be a positive number");
+  if (shared_expert_intermediate_size < 0)
+    c.fail("shared_expert_intermediate_size", "must not be negative");
+  if (last_moe_layer < -1) c.fail("last_moe_layer", "must be a layer index or -1 (the last)");
+  for (int64_t layer : moe_layers)
+    if (layer < 0) c.fail("moe_layers", "must hold layer indices, got " + std::to_string(layer));
   if (!std::isfinite(swiglu_limit) || swiglu_limit <= 0)
     c.fail("swiglu_limit", "must be a positive number");
   if (!std::isfinite(swiglu_alpha)) c.fail("swiglu_alpha", "must be finite");

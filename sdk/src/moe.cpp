@@ -45,31 +45,56 @@ MoEConfig MoEConfig::from(const ArchitectureConfig& c) {
 
 MoERouter::MoERouter(const MoEConfig& c) : cfg(c) {
   declare("weight", {cfg.n_routed_experts, cfg.hidden});
-  // Router biases and the correction bias decide between nearly equal logits: kept in float32
-  // whatever the weight dtype (the correction bias is a float32 buffer in transformers).
+  // Router biases decide between nearly equal logits: kept in float32 whatever the weight dtype.
   if (cfg.router_bias) declare("bias", {cfg.n_routed_experts}, DType::Float);
-  if (cfg.scoring == "sigmoid")
-    declare("e_score_correction_bias", {cfg.n_routed_experts}, DType::Float);
 }
 
-std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
+// PhiMoE's sparse mixer at inference (transformers' sparsemixer, training off): the best logit
+// m of `scores` (the others masked to -inf) chooses the expert; its weight is the softmax, over
+// the logits s still in the running whose (m - s) / max(|s|, m) is at most 2 * eps, at that
+// expert. `running` holds the logits left to choose from (-inf where taken).
+static std::pair<Value, Value> sparsemixer_step(Graph& g, Value scores, Value running, double eps) {
+  auto [best, idx] = TopK(running, Ints(g, {1}), -1);                    // [N, 1]
+  Value factor = Max(Abs(scores), best);
+  Value far = Greater(Div(Sub(best, scores), factor), Scalar(g, DType::Float, 2.0 * eps));
+  Value masked = Where(far, Scalar(g, DType::Float, -INFINITY), running);
+  Value weight = GatherElements(Softmax(masked, -1), idx, 1);           // [N, 1]
+  return {idx, weight};
+}
+
+std::pair<Value, Value> MoERouter::forward(Graph& g, Value x, Value correction) const {
   ScopeGuard s(g, path());
   const int64_t E = cfg.n_routed_experts, G = cfg.n_group, k = cfg.num_experts_per_tok;
   Value w = weight_in_out(g, full_name("weight"), {source_tensor("weight")}, cfg.hidden,
                           cfg.n_routed_experts, DType::Float);
   Value logits = MatMul(Cast(x, DType::Float), w);  // [N, E]
   if (cfg.router_bias) logits = Add(logits, param(g, "bias"));
-  if (cfg.scoring == "topk_softmax") {
-    // gpt-oss: the k largest logits, then a softmax over those k only.
-    auto [top, idx] = TopK(logits, Ints(g, {k}), -1);
-    Value weights = Softmax(top, -1);
+  auto scaled = [&](Value weights) {
     if (cfg.routed_scaling_factor != 1.0)
       weights = Mul(weights, Scalar(g, DType::Float, cfg.routed_scaling_factor));
-    return {idx, weights};
+    return weights;
+  };
+  if (cfg.scoring == "topk_softmax" || cfg.scoring == "topk_sigmoid") {
+    // gpt-oss, Granite-MoE: the k largest logits, then a softmax over those k only. Llama 4:
+    // the sigmoid of each of them.
+    auto [top, idx] = TopK(logits, Ints(g, {k}), -1);
+    return {idx, scaled(cfg.scoring == "topk_softmax" ? Softmax(top, -1) : Sigmoid(top))};
+  }
+  if (cfg.scoring == "sparsemixer") {
+    auto [idx1, w1] = sparsemixer_step(g, logits, logits, cfg.jitter_eps);
+    Value minus_inf = ConstantOfShape(Shape(idx1), DType::Float, -INFINITY, 2);
+    Value taken = ScatterElements(logits, idx1, minus_inf, 1);  // the first choice out
+    auto [idx2, w2] = sparsemixer_step(g, logits, taken, cfg.jitter_eps);
+    return {Concat({idx1, idx2}, 1), scaled(Concat({w1, w2}, 1))};
   }
   const bool sigmoid = cfg.scoring == "sigmoid";
   Value scores = sigmoid ? Sigmoid(logits) : Softmax(logits, -1);
-  Value choice = sigmoid ? Add(scores, param(g, "e_score_correction_bias")) : scores;
+  Value choice = scores;
+  if (cfg.correction_bias) {
+    if (!correction.valid())
+      throw Error("[moe] '" + path() + "': the routing has a correction bias and none was given");
+    choice = Add(scores, Reshape(correction, {E}));
+  }
   if (cfg.topk_method != "greedy" && G > 1 && cfg.topk_group < G) {
     Value grouped = Reshape(choice, {-1, G, E / G});
     Value group_score = cfg.topk_method == "noaux_tc"
@@ -84,11 +109,17 @@ std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
   }
   Value idx = TopK(choice, Ints(g, {k}), -1).second;  // [N, k]
   Value weights = GatherElements(scores, idx, 1);  // unbiased scores
-  if (cfg.norm_topk_prob)
-    weights = Div(weights, Add(ReduceSum(weights, {-1}, true), Scalar(g, DType::Float, 1e-20)));
-  if (cfg.routed_scaling_factor != 1.0)
-    weights = Mul(weights, Scalar(g, DType::Float, cfg.routed_scaling_factor));
-  return {idx, weights};
+  if (cfg.norm_topk_prob) {
+    Value norm;
+    if (cfg.norm_topk_p == 1.0) {
+      norm = Add(ReduceSum(weights, {-1}, true), Scalar(g, DType::Float, 1e-20));
+    } else {  // DBRX: the Lp norm (torch.norm)
+      Value p = Scalar(g, DType::Float, cfg.norm_topk_p);
+      norm = Pow(ReduceSum(Pow(Abs(weights), p), {-1}, true), Scalar(g, DType::Float, 1.0 / cfg.norm_topk_p));
+    }
+    weights = Div(weights, norm);
+  }
+  return {idx, scaled(weights)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -96,7 +127,8 @@ std::pair<Value, Value> MoERouter::forward(Graph& g, Value x) const {
 
 ExpertBank::ExpertBank(int64_t e, int64_t h, int64_t i) : experts(e), hidden(h), intermediate(i) {}
 
-Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k) const {
+Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k,
+                         bool weight_inputs) const {
   ScopeGuard s(g, path());
   const int64_t H = hidden;
   Value flat_idx = Reshape(idx, {-1});    // [N*k], slot j of token t at t*k + j
@@ -118,8 +150,14 @@ Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k
   Value tokens = Div(slots, Int(b, k));                  // [n]: their tokens (one slot each)
   Value xe = Gather(b.outer(x), tokens, 0);              // [n, H]
   Value we = Gather(b.outer(flat_w), slots, 0);          // [n]
-  Value y = expert(b, e, xe);                            // [n, H]
-  Value yw = Mul(Cast(y, DType::Float), Unsqueeze(we, {1}));
+  Value yw;
+  if (weight_inputs) {  // Llama 4: the weight scales the expert's input
+    Value y = expert(b, e, Mul(xe, Cast(Unsqueeze(we, {1}), xe.dtype())));
+    yw = Cast(y, DType::Float);
+  } else {
+    Value y = expert(b, e, xe);                          // [n, H]
+    yw = Mul(Cast(y, DType::Float), Unsqueeze(we, {1}));
+  }
   Value acc_out = b.node("ScatterND", {acc, Unsqueeze(tokens, {1}), yw}, {acc.type()},
                          {Attr("reduction", "add")})[0];
   b.output(Identity(cond), b.fresh_name("cond_out"));
@@ -301,6 +339,60 @@ Value ClampedSwiGLUExpertBank::expert(Graph& b, Value e, Value xe) const {
   return Add(MatMul(mid, slice("down_proj")), slice("down_proj_bias"));              // [n, H]
 }
 
+// ---------------------------------------------------------------------------------------------
+// Gated experts stacked in the checkpoint (Granite-MoE, DBRX, Llama 4)
+
+StackedExpertBank::StackedExpertBank(int64_t e, int64_t h, int64_t i, std::string a,
+                                     StackedExperts l)
+    : ExpertBank(e, h, i), act(std::move(a)), layout(std::move(l)) {
+  if (layout.gate_up.empty() == (layout.gate.empty() || layout.up.empty()))
+    throw Error("[moe] stacked experts need one gate_up tensor or a gate and an up tensor");
+  if (!layout.gate_up.empty())
+    declare(layout.gate_up, layout.gate_up_input_major ? std::vector<int64_t>{e, h, 2 * i}
+                                                       : std::vector<int64_t>{e, 2 * i, h});
+  else
+    for (const auto& name : {layout.gate, layout.up}) declare(name, {e * i, h});
+  if (layout.down_flat)
+    declare(layout.down, {e * i, h});
+  else
+    declare(layout.down, layout.down_input_major ? std::vector<int64_t>{e, i, h}
+                                                 : std::vector<int64_t>{e, h, i});
+}
+
+Value StackedExpertBank::expert(Graph& b, Value e, Value xe) const {
+  const DType adt = xe.dtype();
+  const int64_t I = intermediate;
+  // Expert e's matrix of a bank: a Gather of its slice, or, for [E*I, H], its I rows.
+  auto slice = [&](const std::string& local, bool flat) {
+    Value w = b.outer(param(b, local));
+    if (!flat) return Cast(Gather(w, e, 0), adt);
+    Value start = Unsqueeze(Mul(e, Int(b, I)), {0});
+    return Cast(Slice(w, start, Add(start, Ints(b, {I})), {0}), adt);
+  };
+  // x @ W for W [in, out]; for W [out, in] the weights stay on the left (never transposed).
+  auto project = [&](Value x, Value w, bool input_major) {
+    return input_major ? MatMul(x, w) : Transpose(MatMul(w, Transpose(x, {1, 0})), {1, 0});
+  };
+  Value gate, up;
+  if (!layout.gate_up.empty()) {
+    Value gu = project(xe, slice(layout.gate_up, false), layout.gate_up_input_major);  // [n, 2I]
+    auto parts = Split(gu, {I, I}, -1);
+    gate = parts[0], up = parts[1];
+  } else {
+    gate = project(xe, slice(layout.gate, true), false);
+    up = project(xe, slice(layout.up, true), false);
+  }
+  Value mid = Mul(activation(act, gate), up);  // [n, I]
+  return project(mid, slice(layout.down, layout.down_flat), layout.down_input_major || layout.down_flat);
+}
+
+ExpertBankFactory stacked_experts(StackedExperts layout) {
+  return [layout](const MoEConfig& c, const MoENames&) -> std::unique_ptr<ExpertBank> {
+    return std::make_unique<StackedExpertBank>(c.n_routed_experts, c.hidden,
+                                               c.moe_intermediate_size, c.hidden_act, layout);
+  };
+}
+
 ExpertBankFactory gated_experts() {
   return [](const MoEConfig& c, const MoENames& n) -> std::unique_ptr<ExpertBank> {
     return std::make_unique<GatedExpertBank>(c.n_routed_experts, c.hidden,
@@ -319,26 +411,41 @@ ExpertBankFactory clamped_swiglu_experts() {
 // ---------------------------------------------------------------------------------------------
 // The MoE block
 
-SparseMoE::SparseMoE(const MoEConfig& c, const MoESpec& spec) : cfg(c) {
+SparseMoE::SparseMoE(const MoEConfig& c, const MoESpec& spec) : cfg(c), names(spec.names) {
   cfg.validate();
   if (cfg.n_routed_experts <= 0) throw Error("[moe] a sparse MoE block needs routed experts");
-  gate = &add<MoERouter>(spec.names.router, cfg);
-  auto bank = (spec.experts ? spec.experts : gated_experts())(cfg, spec.names);
+  gate = &add<MoERouter>(names.router, cfg);
+  auto bank = (spec.experts ? spec.experts : gated_experts())(cfg, names);
   experts = bank.get();
-  attach(spec.names.experts, std::move(bank));
-  if (cfg.n_shared_experts > 0)
-    shared_experts = &add<GatedMLP>(spec.names.shared_experts, cfg.hidden,
-                                    cfg.moe_intermediate_size * cfg.n_shared_experts, cfg.mlp_bias,
-                                    cfg.hidden_act);
+  attach(names.experts, std::move(bank));
+  // The correction bias decides between nearly equal scores: float32 whatever the weight dtype
+  // (a float32 buffer in transformers).
+  if (cfg.correction_bias)
+    declare(names.correction_bias,
+            names.correction_bias_row ? std::vector<int64_t>{1, cfg.n_routed_experts}
+                                      : std::vector<int64_t>{cfg.n_routed_experts},
+            DType::Float);
+  if (cfg.shared_width() > 0)
+    shared_experts = &add<GatedMLP>(names.shared_experts, cfg.hidden, cfg.shared_width(),
+                                    cfg.mlp_bias, cfg.hidden_act);
+  if (shared_experts && cfg.shared_expert_gate)
+    shared_expert_gate = &add<Linear>(names.shared_expert_gate, cfg.hidden, 1, false);
 }
 
 Value SparseMoE::forward(Graph& g, Value x) const {
   ScopeGuard s(g, path());
   Value flat = Reshape(x, {-1, cfg.hidden});  // [N, H]
-  auto [idx, weights] = gate->forward(g, flat);
-  Value routed = Cast(experts->forward(g, flat, idx, weights, cfg.num_experts_per_tok), x.dtype());
+  Value correction = cfg.correction_bias ? param(g, names.correction_bias) : Value();
+  auto [idx, weights] = gate->forward(g, flat, correction);
+  Value routed = Cast(experts->forward(g, flat, idx, weights, cfg.num_experts_per_tok,
+                                       cfg.weight_inputs),
+                      x.dtype());
   routed = Reshape(routed, Shape(x), x.type());
-  if (shared_experts) routed = Add(routed, shared_experts->forward(g, x));
+  if (shared_experts) {
+    Value shared = shared_experts->forward(g, x);
+    if (shared_expert_gate) shared = Mul(Sigmoid(shared_expert_gate->forward(g, x)), shared);
+    routed = Add(routed, shared);
+  }
   return routed;
 }
 

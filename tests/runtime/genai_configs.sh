@@ -63,6 +63,9 @@ expected_type() {
     mixtral-tiny | qwen3-moe-tiny) echo decoder ;;
     gpt-oss-tiny) echo gptoss ;;
     qwen3-fp8) echo qwen3 ;;
+    qwen2-moe-tiny | olmoe-tiny | granitemoe-tiny | ernie4_5-moe-tiny | glm4-moe-tiny) echo decoder ;;
+    hunyuan-moe-tiny | dbrx-tiny) echo decoder ;;
+    phimoe-tiny) echo phimoe ;;
     *) echo "" ;;
   esac
 }

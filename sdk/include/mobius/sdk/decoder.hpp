@@ -253,9 +253,10 @@ class CausalLMModel : public CausalLM {
 
 // The names a runtime feeds and reads layer `layer`'s cache tensor `kind` (CacheEntry::name) by:
 // past_key_values.<layer>.<kind> and present.<layer>.<kind>, except for transformers.js, which
-// names Gated DeltaNet states past_conv.<layer> / past_recurrent.<layer> (present_conv...,
-// present_recurrent...) and feeds any other single cache tensor, such as an MLA latent, as
-// past_key_values.<layer>.key.
+// names convolution states ("conv_state") past_conv.<layer>, Gated DeltaNet's recurrent states
+// ("recurrent_state") past_recurrent.<layer> and state-space states ("ssm_state")
+// past_ssm.<layer> (present_conv..., present_recurrent..., present_ssm...), and feeds any other
+// single cache tensor, such as an MLA latent, as past_key_values.<layer>.key.
 struct CacheIoNames {
   std::string past, present;
 };

@@ -102,42 +102,79 @@ struct ConfigSite {
 
 // ---------------------------------------------------------------------------------------------
 // Mixture of experts: the router and the routed and shared experts (moe.hpp's SparseMoE).
-// Rows: deepseek_v2, deepseek_v3, mixtral, qwen3_moe, gpt_oss.
+// Rows: deepseek_v2, deepseek_v3, mixtral, qwen3_moe, gpt_oss, qwen2_moe, qwen3_next, olmoe,
+// granitemoe, phimoe, ernie4_5_moe, glm4_moe, hunyuan_v1_moe, dbrx, llama4_text.
 struct MoEConfig {
   int64_t moe_intermediate_size = 0;  // the width of each routed (and shared) expert
   int64_t n_routed_experts = 0;       // 0: no MoE layer
   int64_t n_shared_experts = 0;       // 0: none; their MLP is n_shared_experts times as wide
+  // The shared experts' width when it is not moe_intermediate_size * n_shared_experts
+  // (Qwen2-MoE's shared_expert_intermediate_size, HunYuan's and Llama 4's intermediate_size);
+  // 0: that product.
+  int64_t shared_expert_intermediate_size = 0;
+  // sigmoid(shared_expert_gate(x)) [tokens, 1] scales the shared experts' output (Qwen2-MoE,
+  // Qwen3-Next).
+  bool shared_expert_gate = false;
   int64_t num_experts_per_tok = 0;
-  // Which layers are MoE (is_moe_layer): those from first_k_dense_replace on (DeepSeek) that are
-  // every decoder_sparse_step-th ((layer + 1) % step == 0) and not in mlp_only_layers (Qwen-MoE).
-  // The others use the dense MLP.
+  // Which layers are MoE (is_moe_layer): the layers moe_layers lists when it is not empty
+  // (Llama 4); otherwise those from first_k_dense_replace on (DeepSeek, ERNIE's
+  // moe_layer_start_index) up to last_moe_layer (ERNIE's moe_layer_end_index; -1: the last)
+  // that are every decoder_sparse_step-th ((layer + 1) % step == 0) and not in mlp_only_layers
+  // (Qwen-MoE). The others use the dense MLP.
   int64_t first_k_dense_replace = 0;
+  int64_t last_moe_layer = -1;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers = {};
-  // softmax: float32 softmax over all router logits, then the top k (DeepSeek V2, Mixtral,
-  // Qwen-MoE); sigmoid: V3 (sigmoid scores, plus e_score_correction_bias for the choice of
-  // experts only); topk_softmax: the top k logits, then a softmax over those k (gpt-oss).
-  // config.json: scoring_func.
+  std::vector<int64_t> moe_layers = {};
+  // How the router scores, in float32 (config.json: scoring_func):
+  //   softmax       a softmax over all router logits, then the top k (DeepSeek V2, Mixtral,
+  //                 Qwen-MoE, OLMoE, DBRX, HunYuan, ERNIE 4.5)
+  //   sigmoid       sigmoid scores (DeepSeek V3, GLM-4.5)
+  //   topk_softmax  the top k logits, then a softmax over those k (gpt-oss, Granite-MoE)
+  //   topk_sigmoid  the top k logits, then the sigmoid of each (Llama 4)
+  //   sparsemixer   PhiMoE's two-step choice (top 2 only): the best logit, its weight the
+  //                 softmax over the logits within 2 * jitter_eps of it (relative to
+  //                 max(|logit|, best)); then the same over the others for the second
   std::string scoring = "softmax";
+  // e_score_correction_bias [E] (float32) is added to the scores for the choice of experts only;
+  // the weights are the unbiased scores (DeepSeek V3 and GLM-4.5 with sigmoid scores, ERNIE 4.5
+  // with softmax ones).
+  bool correction_bias = false;
   // greedy: top-k over all experts; group_limited_greedy: only in the topk_group groups of the
   // highest max score; noaux_tc: only in the topk_group groups of the highest sum of their two
   // best (biased) scores.
   std::string topk_method = "greedy";
   int64_t n_group = 1;
   int64_t topk_group = 1;
-  bool norm_topk_prob = false;  // weights / (sum + 1e-20) before the scaling
+  // The k weights divided by their norm before the scaling: their sum plus 1e-20 (norm_topk_p
+  // 1), or their Lp norm (DBRX's moe_normalize_expert_weights p).
+  bool norm_topk_prob = false;
+  double norm_topk_p = 1.0;
   double routed_scaling_factor = 1.0;
   bool router_bias = false;  // the router is a linear layer with a bias (gpt-oss)
+  double jitter_eps = 0.01;  // sparsemixer's router_jitter_noise
+  // The routing weight scales each expert's input rather than its output (Llama 4:
+  // expert(w * x)); the experts' outputs are then summed.
+  bool weight_inputs = false;
   // The clamped SwiGLU of gpt-oss' experts (moe.hpp's ClampedSwiGLUExpertBank): gate clamped
   // above and up on both sides at swiglu_limit, gate * sigmoid(swiglu_alpha * gate) * (up + 1).
   double swiglu_limit = 7.0;
   double swiglu_alpha = 1.702;
 
   bool is_moe_layer(int64_t layer) const {
-    return n_routed_experts > 0 && layer >= first_k_dense_replace && decoder_sparse_step > 0 &&
-           (layer + 1) % decoder_sparse_step == 0 &&
+    if (n_routed_experts <= 0) return false;
+    if (!moe_layers.empty())
+      return std::find(moe_layers.begin(), moe_layers.end(), layer) != moe_layers.end();
+    return layer >= first_k_dense_replace && (last_moe_layer < 0 || layer <= last_moe_layer) &&
+           decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0 &&
            std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
                mlp_only_layers.end();
+  }
+  // The shared experts' width (0: none).
+  int64_t shared_width() const {
+    if (n_shared_experts <= 0) return 0;
+    return shared_expert_intermediate_size > 0 ? shared_expert_intermediate_size
+                                               : moe_intermediate_size * n_shared_experts;
   }
   // Throws "[config] ..." naming the key whose value cannot work.
   void validate(const ConfigSite& site = {}) const;
@@ -148,11 +185,14 @@ struct MoEConfig {
   static const std::vector<FamilyRow<MoEConfig>>& rows();
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MoEConfig, moe_intermediate_size, n_routed_experts,
-                                                n_shared_experts, num_experts_per_tok,
-                                                first_k_dense_replace, decoder_sparse_step,
-                                                mlp_only_layers, scoring, topk_method, n_group,
-                                                topk_group, norm_topk_prob, routed_scaling_factor,
-                                                router_bias, swiglu_limit, swiglu_alpha)
+                                                n_shared_experts, shared_expert_intermediate_size,
+                                                shared_expert_gate, num_experts_per_tok,
+                                                first_k_dense_replace, last_moe_layer,
+                                                decoder_sparse_step, mlp_only_layers, moe_layers,
+                                                scoring, correction_bias, topk_method, n_group,
+                                                topk_group, norm_topk_prob, norm_topk_p,
+                                                routed_scaling_factor, router_bias, jitter_eps,
+                                                weight_inputs, swiglu_limit, swiglu_alpha)
 
 // ---------------------------------------------------------------------------------------------
 // Multi-head latent attention (mla.hpp's MultiHeadLatentAttention). Rows: deepseek_v2,

@@ -5,11 +5,19 @@
 // tensor names in MoESpec) or the expert bank (MoESpec::experts):
 //   DeepSeek V2/V3  mlp.gate.weight (+ e_score_correction_bias), mlp.shared_experts.*,
 //                   mlp.experts.E.{gate,up,down}_proj.weight             GatedExpertBank
-//   Mixtral         block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}.weight
+//   Mixtral, PhiMoE block_sparse_moe.gate.weight, block_sparse_moe.experts.E.{w1,w3,w2}.weight
 //                                                                        GatedExpertBank
-//   Qwen3-MoE       mlp.gate.weight, mlp.experts.E.{gate,up,down}_proj.weight  GatedExpertBank
+//   Qwen-MoE, OLMoE, GLM-4.5, ERNIE 4.5, HunYuan
+//                   mlp.gate.weight (HunYuan: mlp.gate.wg.weight), mlp.experts.E.{gate,up,
+//                   down}_proj.weight, shared experts (Qwen2: mlp.shared_expert + its
+//                   sigmoid gate, HunYuan: mlp.shared_mlp)             GatedExpertBank
+//   Granite-MoE     block_sparse_moe.router.layer.weight, block_sparse_moe.{input,output}_linear
+//                   stacked over the experts                           StackedExpertBank
+//   DBRX            ffn.router.layer.weight, ffn.experts.mlp.{w1,v1,w2}  StackedExpertBank
+//   Llama 4         feed_forward.router.weight, feed_forward.experts.{gate_up,down}_proj,
+//                   feed_forward.shared_expert.*                       StackedExpertBank
 //   gpt-oss         mlp.router.{weight,bias}, mlp.experts.{gate_up_proj,down_proj}{,_bias}
-//                   stacked over the experts                             ClampedSwiGLUExpertBank
+//                   stacked over the experts                           ClampedSwiGLUExpertBank
 #pragma once
 
 #include <functional>
@@ -36,12 +44,14 @@ struct MoEConfig : mobius::MoEConfig {
 };
 
 // The router: for x [tokens, hidden], the chosen experts [tokens, k] (int64) and their weights
-// [tokens, k] (float32), computed in float32. Parameters: weight [E, hidden], bias [E] when
-// cfg.router_bias, e_score_correction_bias [E] (float32) with sigmoid scoring.
+// [tokens, k] (float32), computed in float32 as cfg's scoring says. Parameters: weight
+// [E, hidden], bias [E] when cfg.router_bias. `correction` (float32 [E] or [1, E]) is
+// e_score_correction_bias with cfg.correction_bias (SparseMoE holds it: ERNIE stores it beside
+// the router).
 class MoERouter : public Module {
  public:
   explicit MoERouter(const MoEConfig& cfg);
-  std::pair<Value, Value> forward(Graph& g, Value x) const;
+  std::pair<Value, Value> forward(Graph& g, Value x, Value correction = Value()) const;
   MoEConfig cfg;
 };
 
@@ -52,8 +62,10 @@ class ExpertBank : public Module {
  public:
   ExpertBank(int64_t experts, int64_t hidden, int64_t intermediate);
   // sum_j weights[t, j] * expert_{idx[t, j]}(x[t]) for x [tokens, hidden] and the router's
-  // idx/weights [tokens, top_k]: float32 [tokens, hidden].
-  Value forward(Graph& g, Value x, Value idx, Value weights, int64_t top_k) const;
+  // idx/weights [tokens, top_k]: float32 [tokens, hidden]. With weight_inputs,
+  // sum_j expert_{idx[t, j]}(weights[t, j] * x[t]) (Llama 4).
+  Value forward(Graph& g, Value x, Value idx, Value weights, int64_t top_k,
+                bool weight_inputs = false) const;
   int64_t experts, hidden, intermediate;
 
  protected:
@@ -65,12 +77,17 @@ class ExpertBank : public Module {
 
 // The checkpoint names of a sparse MoE block, below its path (spec.names.feed_forward).
 struct MoENames {
-  std::string router = "gate";  // gpt-oss: "router"
+  std::string router = "gate";  // gpt-oss: "router", Granite-MoE and DBRX: "router.layer"
   std::string experts = "experts";
   // Each expert's projections, E.<name>.weight below `experts` (Mixtral: w1, w3, w2). Only
   // separate gate and up projections (MLPNames::gate_up empty).
   MLPNames expert;
-  std::string shared_experts = "shared_experts";
+  std::string shared_experts = "shared_experts";  // Qwen2-MoE: shared_expert
+  std::string shared_expert_gate = "shared_expert_gate";  // with MoEConfig::shared_expert_gate
+  // e_score_correction_bias, with MoEConfig::correction_bias: [E], or [1, E] when
+  // correction_bias_row (ERNIE 4.5's moe_statics.e_score_correction_bias).
+  std::string correction_bias = "gate.e_score_correction_bias";
+  bool correction_bias_row = false;
 };
 
 // Gated MLP experts, down(act(gate(x)) * up(x)), stored per expert in the checkpoint
@@ -118,11 +135,39 @@ class ClampedSwiGLUExpertBank : public ExpertBank {
   Value expert(Graph& b, Value e, Value xe) const override;
 };
 
+// Gated experts stored stacked over the experts in the checkpoint, read as stored (each bank one
+// tensor streamed into its initializer; the loop slices expert e out of it):
+//   Granite-MoE  gate_up input_linear.weight [E, 2I, H] (e's gate rows, then its up rows),
+//                down output_linear.weight [E, H, I]
+//   DBRX         gate mlp.w1 and up mlp.v1 [E*I, H], down mlp.w2 [E*I, H] (x @ w2_e)
+//   Llama 4      gate_up gate_up_proj [E, H, 2I] (x @ W: gate columns, then up), down_proj
+//                [E, I, H] (x @ W)
+// expert(x) = down(act(gate(x)) * up(x)). They stay float with --dtype int4/int8.
+struct StackedExperts {
+  std::string gate_up;   // both projections in one tensor; empty: `gate` and `up`
+  std::string gate, up;  // [E*I, H] each
+  std::string down;
+  bool gate_up_input_major = false;  // [E, H, 2I], used as x @ W
+  bool down_input_major = false;     // [E, I, H] (or [E*I, H]), used as x @ W
+  bool down_flat = false;            // [E*I, H]: the experts' matrices one after another
+};
+class StackedExpertBank : public ExpertBank {
+ public:
+  StackedExpertBank(int64_t experts, int64_t hidden, int64_t intermediate, std::string act,
+                    StackedExperts layout);
+  std::string act;
+  StackedExperts layout;
+
+ protected:
+  Value expert(Graph& b, Value e, Value xe) const override;
+};
+
 // Makes the routed experts of a block.
 using ExpertBankFactory =
     std::function<std::unique_ptr<ExpertBank>(const MoEConfig& cfg, const MoENames& names)>;
 ExpertBankFactory gated_experts();           // GatedExpertBank of cfg.hidden_act
 ExpertBankFactory clamped_swiglu_experts();  // ClampedSwiGLUExpertBank of cfg.swiglu_*
+ExpertBankFactory stacked_experts(StackedExperts layout);  // StackedExpertBank of cfg.hidden_act
 
 // How a family's MoE block is stored: its tensor names and its expert bank.
 struct MoESpec {
@@ -130,15 +175,18 @@ struct MoESpec {
   ExpertBankFactory experts;  // empty: gated_experts()
 };
 
-// Routed experts plus the shared experts (width moe_intermediate_size * n_shared_experts).
+// Routed experts plus the shared experts (width MoEConfig::shared_width()), those scaled by
+// sigmoid(shared_expert_gate(x)) when the config says.
 class SparseMoE : public FeedForward {
  public:
   explicit SparseMoE(const MoEConfig& cfg, const MoESpec& spec = {});
   Value forward(Graph& g, Value x) const override;  // x [batch, seq, hidden], activation dtype
   MoEConfig cfg;
+  MoENames names;
   const MoERouter* gate;
   const ExpertBank* experts;
   const GatedMLP* shared_experts = nullptr;
+  const Linear* shared_expert_gate = nullptr;
 };
 
 // The feed-forward of each layer for DecoderSpec: the sparse MoE of cfg's MoE config on its MoE
