@@ -292,7 +292,12 @@ TEST_CASE("moe families: int8/int4 builds store expert banks block-quantized, wi
       if (n.op_type() == "Loop")
         for (const auto& a : n.attribute())
           for (const auto& b : a.g().node()) gbq += b.op_type() == "GatherBlockQuantized";
-    CHECK(gbq == 4);  // gate/up and down in each of the two sparse layers
+    int qmoe = 0;
+    for (const auto& n : m.graph().node()) qmoe += n.op_type() == "QMoE";
+    // 8 bits: the loop dequantizes gate/up and down in each of the two sparse layers; 4 bits
+    // (symmetric): one QMoE per sparse layer instead.
+    CHECK(gbq == (bits == 8 ? 4 : 0));
+    CHECK(qmoe == (bits == 8 ? 0 : 2));
     const std::string data = read_text(t / "out" / "model.onnx.data");
     std::map<std::string, std::string> bytes;
     std::map<std::string, std::vector<int64_t>> dims;
@@ -337,5 +342,32 @@ TEST_CASE("moe families: int8/int4 builds store expert banks block-quantized, wi
     }
     CHECK(worst <= 1.0001);
     CHECK(worst > 0.1);  // the weights are not on the grid: this measures something
+    if (bits != 4) continue;
+    // QMoE's fc1: each expert's gate and up rows alternating, [E, 2I, H / 2].
+    const std::string fc1 = "model.layers.0.mlp.experts.gate_up_proj_swiglu";
+    REQUIRE(dims[fc1 + "_Q4"] == std::vector<int64_t>{8, 64, 32});
+    REQUIRE(dims[fc1 + "_scales"] == std::vector<int64_t>{8, 64, 2});
+    const std::string q1 = bytes.at(fc1 + "_Q4"), s1 = bytes.at(fc1 + "_scales");
+    double worst1 = 0;
+    for (int e = 0; e < 8; ++e)
+      for (int half = 0; half < 2; ++half) {
+        const std::string proj = half ? "up_proj" : "gate_proj";
+        const TensorMeta* meta = reader->find("model.layers.0.mlp.experts." + std::to_string(e) + "." + proj + ".weight");
+        REQUIRE(meta);
+        std::vector<float> w(32 * 64);
+        reader->read(*meta, w.data());
+        for (int row = 0; row < 32; ++row) {
+          const size_t r = static_cast<size_t>(e) * 64 + 2 * row + half;  // interleaved
+          for (int k = 0; k < 64; ++k) {
+            float scale;
+            std::memcpy(&scale, s1.data() + (r * 2 + k / 32) * 4, 4);
+            const auto b = static_cast<uint8_t>(q1[r * 32 + k / 2]);
+            const int code = (k % 2 ? b >> 4 : b & 15) - 8;
+            worst1 = std::max(worst1, static_cast<double>(std::abs(code * scale - w[row * 64 + k]) / std::abs(scale)));
+          }
+        }
+      }
+    CHECK(worst1 <= 1.0001);
+    CHECK(worst1 > 0.1);
   }
 }

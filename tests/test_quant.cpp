@@ -122,7 +122,7 @@ double compare(const fs::path& dir, const fs::path& a, const fs::path& b) {
 // 0: the kernels dequantize and multiply in float32, so the results agree up to summation
 // order. Returns the counts of MatMulNBits and GatherBlockQuantized nodes (with zero points).
 struct QuantNodes {
-  int nbits = 0, gathers = 0, gathers_with_zero_points = 0;
+  int nbits = 0, gathers = 0, gathers_with_zero_points = 0, qmoe = 0;
 };
 QuantNodes check_on_grid(const std::string& c, int bits, bool symmetric, int64_t block) {
   CAPTURE(c);
@@ -146,6 +146,7 @@ QuantNodes check_on_grid(const std::string& c, int bits, bool symmetric, int64_t
   std::function<void(const onnx::GraphProto&)> scan = [&](const onnx::GraphProto& g) {
     for (const auto& n : g.node()) {
       counts.nbits += n.op_type() == "MatMulNBits";
+      counts.qmoe += n.op_type() == "QMoE";
       if (n.op_type() == "GatherBlockQuantized") {
         ++counts.gathers;
         counts.gathers_with_zero_points += n.input_size() == 4;
@@ -174,14 +175,23 @@ TEST_CASE("quant: dense families on grid weights compute what float32 computes, 
 
 TEST_CASE("quant: mixture-of-experts banks on grid weights compute what float32 computes, int4 and int8, symmetric and not") {
   const std::vector<std::pair<std::string, int64_t>> cases = {
-      {"qwen3-moe-tiny", 32}, {"deepseek-v3-tiny", 16}, {"mixtral-tiny", 16}};  // deepseek: 48-wide q_b and o
+      {"qwen3-moe-tiny", 32}, {"deepseek-v3-tiny", 16}, {"mixtral-tiny", 16},  // deepseek: 48-wide q_b and o
+      {"qwen2-moe-tiny", 16}, {"phimoe-tiny", 16}};  // a gated shared expert; the sparse mixer
   for (const auto& [c, block] : cases)
     for (int bits : {4, 8})
       for (bool symmetric : {true, false}) {
         QuantNodes n = check_on_grid(c, bits, symmetric, block);
-        // The expert banks are quantized (GatherBlockQuantized), with zero points when asymmetric.
-        CHECK(n.gathers > 0);
-        CHECK(n.gathers_with_zero_points == (symmetric ? 0 : n.gathers));
+        // Symmetric 4-bit banks run as ONNX Runtime's QMoE (their gate and up rows interleaved
+        // by the host); the others are dequantized per expert hit (GatherBlockQuantized), with
+        // zero points when asymmetric.
+        if (bits == 4 && symmetric) {
+          CHECK(n.qmoe > 0);
+          CHECK(n.gathers == 0);
+        } else {
+          CHECK(n.qmoe == 0);
+          CHECK(n.gathers > 0);
+          CHECK(n.gathers_with_zero_points == (symmetric ? 0 : n.gathers));
+        }
       }
 }
 

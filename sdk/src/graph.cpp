@@ -545,6 +545,11 @@ void BuildContext::plan_layout(const std::string& initializer,
         "plan '" + initializer + "'");
 }
 
+bool BuildContext::interleaved_layouts() const {
+  return MOBIUS_HAS_FIELD(host_, mobius_host_api, weight_layout_size) &&
+         host_->weight_layout_size >= MOBIUS_WEIGHT_LAYOUT_SIZE_V2;
+}
+
 void BuildContext::ignore_tensors(const std::string& glob) {
   check(host_->ignore_tensors(ctx_, glob.c_str()), "ignore '" + glob + "'");
 }

@@ -130,6 +130,8 @@ ExpertBank::ExpertBank(int64_t e, int64_t h, int64_t i) : experts(e), hidden(h),
 Value ExpertBank::forward(Graph& g, Value x, Value idx, Value weights, int64_t k,
                          bool weight_inputs) const {
   ScopeGuard s(g, path());
+  if (!weight_inputs)
+    if (Value y = fused(g, x, idx, weights, k); y.valid()) return y;
   const int64_t H = hidden;
   Value flat_idx = Reshape(idx, {-1});    // [N*k], slot j of token t at t*k + j
   Value flat_w = Reshape(weights, {-1});  // [N*k] float32
@@ -212,12 +214,18 @@ bool GatedExpertBank::quantized(const BuildContext& ctx) const {
          hidden % ctx.block_size() == 0 && intermediate % ctx.block_size() == 0;
 }
 
+bool GatedExpertBank::qmoe(const BuildContext& ctx) const {
+  return quantized(ctx) && ctx.weight_bits() == 4 && ctx.symmetric() && act == "silu" &&
+         ctx.execution_provider() == "cpu" && ctx.runtime() != "transformers.js" &&
+         ctx.interleaved_layouts();
+}
+
 GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::string& local,
-                                                           DType scales) const {
+                                                           DType scales, bool interleaved) const {
   BuildContext& ctx = g.context();
   Graph& main = ctx.graph();
   const int bits = ctx.weight_bits(), block = ctx.block_size();
-  const std::string base = full_name(local);
+  const std::string base = full_name(local) + (interleaved ? "_swiglu" : "");
   const std::string data_name = base + "_Q" + std::to_string(bits), scales_name = base + "_scales",
                     zp_name = base + "_zero_points";
   const bool symmetric = ctx.symmetric();
@@ -235,7 +243,9 @@ GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::
       sources.push_back(x + names.down + ".weight");
     }
   }
-  if (local == "gate_up_proj") {
+  if (local == "gate_up_proj" && interleaved) {
+    mats = experts, rows = 2 * intermediate, cols = hidden;  // QMoE's fc1 [E, 2I, H / 2]
+  } else if (local == "gate_up_proj") {
     mats = 2 * experts, rows = intermediate, cols = hidden;
   } else {
     mats = experts, rows = hidden, cols = intermediate;
@@ -258,6 +268,7 @@ GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::
     layout.block_size = block;
     layout.symmetric = symmetric ? 1 : 0;
     layout.part = part;
+    layout.interleave = interleaved ? 2 : 0;  // (gate_e, up_e) pairs, row by row
     ctx.plan_layout(part == MOBIUS_QUANT_PART_DATA ? data_name : part == MOBIUS_QUANT_PART_SCALES ? scales_name : zp_name,
                     sources, layout);
   }
@@ -280,6 +291,45 @@ static Value gather_dequantized(Graph& b, const GatedExpertBank::Quantized& q, V
                  Attr("block_size", static_cast<int64_t>(block)),
                  Attr("bits", static_cast<int64_t>(bits))},
                 "com.microsoft")[0];
+}
+
+// ONNX Runtime's QMoE (com.microsoft, CPU): one operator for the routed experts of all tokens,
+// int4 weights dequantized in float32 blocks as GatherBlockQuantized does, so it computes what
+// the loop computes (to float rounding), in a fraction of the time at decode (bench/moe_qmoe.sh).
+// The routing stays the router's: QMoE takes the top k of router_probs and weighs them by
+// router_weights when that input is given, so router_probs ranks the chosen experts k..1 (0
+// elsewhere) and router_weights holds their weights. Its SwiGLU with alpha 1, beta 0 and no limit
+// is silu(gate) * up, on gate and up rows interleaved (swiglu_fusion 1, the only form its CPU
+// kernel takes). Not for 8 bits: there the CPU kernel quantizes the activations to int8 too.
+Value GatedExpertBank::fused(Graph& g, Value x, Value idx, Value weights, int64_t k) const {
+  BuildContext& ctx = g.context();
+  if (!qmoe(ctx)) return Value();
+  const DType adt = x.dtype();
+  Value rows = Slice(Shape(x), {0}, {1}, {0});
+  Value zeros = ConstantOfShape(Concat({rows, Ints(g, {experts})}, 0), DType::Float, 0.0, 2);
+  std::vector<double> rank;
+  for (int64_t j = 0; j < k; ++j) rank.push_back(static_cast<double>(k - j));
+  Value ranks = Add(Mul(weights, Scalar(g, DType::Float, 0.0)), Constant(g, DType::Float, {k}, rank));
+  Value probs = ScatterElements(zeros, idx, ranks, 1);
+  Value routed = ScatterElements(zeros, idx, weights, 1);
+  if (adt != DType::Float) {
+    probs = Cast(probs, adt);
+    routed = Cast(routed, adt);
+  }
+  const Quantized fc1 = quantized_bank(g, "gate_up_proj", adt, true);
+  const Quantized fc2 = quantized_bank(g, "down_proj", adt);
+  Value y = g.node("QMoE",
+                   {x, probs, fc1.data, fc1.scales, Value(), fc2.data, fc2.scales, Value(), Value(),
+                    Value(), Value(), Value(), Value(), Value(), routed},
+                   {TensorType(adt, {Dim(), Dim(hidden)})},
+                   {Attr("activation_type", "swiglu"), Attr("k", k),
+                    Attr("normalize_routing_weights", int64_t{0}),
+                    Attr("expert_weight_bits", static_cast<int64_t>(ctx.weight_bits())),
+                    Attr("block_size", static_cast<int64_t>(ctx.block_size())),
+                    Attr("swiglu_fusion", int64_t{1}), Attr("activation_alpha", 1.0),
+                    Attr("activation_beta", 0.0), Attr("swiglu_limit", 3.0e38)},
+                   "com.microsoft")[0];
+  return adt == DType::Float ? y : Cast(y, DType::Float);
 }
 
 Value GatedExpertBank::expert(Graph& b, Value e, Value xe) const {

@@ -98,6 +98,7 @@ void add_weight_calls(mobius_host_api& a) {
   a.plan_expert_bank = &api_plan_expert_bank;
   a.plan_transformed = &api_plan_transformed;
   a.plan_layout = &api_plan_layout;
+  a.weight_layout_size = MOBIUS_WEIGHT_LAYOUT_SIZE_V2;
   a.ignore_tensors = &api_ignore_tensors;
   a.query_tensor = &api_query_tensor;
 }

@@ -20,6 +20,7 @@ std::string quantization_key(const StreamingLayoutSource& src);
 struct LayoutInput {
   std::vector<const TensorMeta*> tensors;
   uint64_t n = 0, k = 0;
+  size_t group = 1;  // the layout's interleave: rows alternate between `group` tensors at a time
 };
 
 // A layout source's input when its bytes are made; preflight has reported any problem before.

@@ -352,6 +352,8 @@ std::string layout_problem(const mobius_weight_layout& l, int32_t dtype, size_t 
       return what + " has rank " + std::to_string(want_rank) + ", not " + std::to_string(rank);
     return "";
   };
+  if (l.kind == MOBIUS_LAYOUT_TRANSPOSED && l.interleave > 1)
+    return "a transposed weight's rows are not interleaved";
   if (l.kind == MOBIUS_LAYOUT_TRANSPOSED)
     return expect(is_float(dtype), "floating point", 2, "a transposed weight");
   if (l.kind != MOBIUS_LAYOUT_BLOCK_QUANTIZED)
@@ -363,6 +365,7 @@ std::string layout_problem(const mobius_weight_layout& l, int32_t dtype, size_t 
            std::to_string(l.block_size);
   if (l.symmetric != 0 && l.symmetric != 1)
     return "symmetric is 0 or 1, not " + std::to_string(l.symmetric);
+  if (l.interleave < 0) return "interleave is 0 or a group size, not " + std::to_string(l.interleave);
   switch (l.part) {
     case MOBIUS_QUANT_PART_DATA:
       return expect(dtype == MOBIUS_DTYPE_UINT8, "uint8", 3, "quantized data");

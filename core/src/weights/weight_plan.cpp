@@ -25,7 +25,8 @@ uint64_t numel(const std::vector<int64_t>& s) {
 
 std::string quantization_key(const StreamingLayoutSource& src) {
   std::string key = std::to_string(src.layout.bits) + "/" + std::to_string(src.layout.block_size) +
-                    "/" + std::to_string(src.layout.symmetric);
+                    "/" + std::to_string(src.layout.symmetric) + "/" +
+                    std::to_string(std::max(1, src.layout.interleave));
   for (const auto& t : src.tensors) key += '\0' + t;
   return key;
 }
@@ -105,6 +106,26 @@ LayoutInput check_layout_input(const PlannedInitializer& init, const StreamingLa
     }
   }
   if (!complete || in.tensors.empty()) return in;
+  // Interleaved rows: whole groups of tensors with equal row counts.
+  const size_t group = static_cast<size_t>(std::max(1, src.layout.interleave));
+  if (group > 1) {
+    if (in.tensors.size() % group != 0) {
+      problems.push_back("'" + init.name + "' interleaves the rows of " + std::to_string(group) +
+                         " tensors at a time, and has " + std::to_string(in.tensors.size()));
+      return in;
+    }
+    for (size_t t = 0; t < in.tensors.size(); ++t) {
+      const TensorMeta* first = in.tensors[t - t % group];
+      if (in.tensors[t]->shape[0] != first->shape[0]) {
+        problems.push_back("tensor '" + in.tensors[t]->name + "' has shape " +
+                           shape_str(in.tensors[t]->shape) + " and '" + first->name + "' " +
+                           shape_str(first->shape) + "; '" + init.name +
+                           "' interleaves the rows of tensors with equal row counts");
+        return in;
+      }
+    }
+  }
+  in.group = group;
   in.k = static_cast<uint64_t>(in.tensors.front()->shape[1]);
   const std::vector<int64_t> matrix{static_cast<int64_t>(in.n), static_cast<int64_t>(in.k)};
   const std::vector<int64_t> expect = layout_shape(src.layout, matrix[0], matrix[1]);
@@ -388,14 +409,18 @@ void StreamingWeightPlan::materialize(const PlannedInitializer& init, const Chec
       q.emplace(l->layout, in.k, scale_dtype(init));
     std::vector<uint8_t> whole;
     uint64_t row0 = 0;  // the tensor's first row in the concatenated matrix
-    for (const TensorMeta* m : in.tensors) {
+    // Interleaved rows (in.group g > 1): row r of tensor t of a group lands at g * r + t.
+    const uint64_t group = std::max<uint64_t>(1, in.group);
+    for (size_t t = 0; t < in.tensors.size(); ++t) {
+      const TensorMeta* m = in.tensors[t];
       whole.resize(m->nbytes);
       cp->read(*m, whole.data());
       const uint64_t rows = static_cast<uint64_t>(m->shape[0]);
       const uint64_t stride = in.k * dtype_size(m->dtype);
       if (q) {
+        const uint64_t first = group > 1 ? row0 - (t % group) * rows + t % group : row0;
         for (uint64_t r = 0; r < rows; ++r)
-          q->row(whole.data() + r * stride, m->dtype, out + (row0 + r) * q->row_bytes());
+          q->row(whole.data() + r * stride, m->dtype, out + (first + r * group) * q->row_bytes());
       } else {
         const size_t ts = dtype_size(init.dtype);
         transpose_convert(whole.data(), stride, m->dtype, out + row0 * ts, in.n * ts, init.dtype,

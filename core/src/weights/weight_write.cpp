@@ -423,39 +423,48 @@ struct QuantizedPart {
 
 // Parts of one block quantization, a band of whole rows at a time (quantized_band), all from
 // one read of the band and one pass over its blocks: a band's output rows are contiguous in
-// each part.
+// each part. With interleaved rows (LayoutInput::group g > 1) a band is the same rows of the g
+// tensors of a group, quantized into their alternating places: g times the rows, still
+// contiguous.
 void write_quantized(const BlockQuantizer& q, const std::vector<QuantizedPart>& parts,
                      const LayoutInput& in, const CheckpointReader& cp,
                      const std::function<bool()>& cancelled, std::atomic<uint64_t>* progress) {
   thread_local Scratch src, dst[3];
+  const size_t group = std::max<size_t>(1, in.group);
   uint64_t row0 = 0;
-  for (const TensorMeta* m : in.tensors) {
-    const TensorRows rows(*m, cp, in.k);
-    const uint64_t count = static_cast<uint64_t>(m->shape[0]);
+  for (size_t g0 = 0; g0 < in.tensors.size(); g0 += group) {
+    std::vector<std::unique_ptr<TensorRows>> rows;
+    for (size_t t = 0; t < group; ++t)
+      rows.push_back(std::make_unique<TensorRows>(*in.tensors[g0 + t], cp, in.k));
+    const uint64_t count = static_cast<uint64_t>(in.tensors[g0]->shape[0]);
     const uint64_t band = quantized_band(in.k);
     for (uint64_t r0 = 0; r0 < count; r0 += band) {
       poll(cancelled);
       const uint64_t b = std::min(band, count - r0);
-      uint64_t stride = 0;
-      const uint8_t* p = rows.block(r0, b, 0, in.k, src, stride);
-      uint8_t* band[3];
+      uint8_t* out[3];
       for (size_t j = 0; j < parts.size(); ++j)
-        band[j] = dst[j].get(b * q.row_bytes(parts[j].part));
-      for (uint64_t i = 0; i < b; ++i) {
-        BlockQuantizer::Parts at;
-        for (size_t j = 0; j < parts.size(); ++j)
-          at[parts[j].part] = band[j] + i * q.row_bytes(parts[j].part);
-        q.row(p + i * stride, m->dtype, at);
+        out[j] = dst[j].get(group * b * q.row_bytes(parts[j].part));
+      for (size_t t = 0; t < group; ++t) {
+        uint64_t stride = 0;
+        const uint8_t* p = rows[t]->block(r0, b, 0, in.k, src, stride);
+        const int32_t dtype = rows[t]->meta().dtype;
+        for (uint64_t i = 0; i < b; ++i) {
+          BlockQuantizer::Parts at;
+          for (size_t j = 0; j < parts.size(); ++j)
+            at[parts[j].part] = out[j] + (i * group + t) * q.row_bytes(parts[j].part);
+          q.row(p + i * stride, dtype, at);
+        }
       }
       for (size_t j = 0; j < parts.size(); ++j) {
         const uint64_t row_bytes = q.row_bytes(parts[j].part);
-        const uint64_t at = parts[j].offset + (row0 + r0) * row_bytes;
-        parts[j].out.write(band[j], b * row_bytes, at);
-        start_writeback(parts[j].out.fd(), at, b * row_bytes);
-        if (progress) *progress += b * row_bytes;
+        const uint64_t bytes = group * b * row_bytes;
+        const uint64_t at = parts[j].offset + (row0 + group * r0) * row_bytes;
+        parts[j].out.write(out[j], bytes, at);
+        start_writeback(parts[j].out.fd(), at, bytes);
+        if (progress) *progress += bytes;
       }
     }
-    row0 += count;
+    row0 += group * count;
   }
 }
 

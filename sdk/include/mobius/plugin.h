@@ -194,8 +194,15 @@ typedef struct mobius_weight_layout {
   int32_t block_size; /* BLOCK_QUANTIZED: a power of two from 16 to 256 */
   int32_t symmetric;  /* BLOCK_QUANTIZED: 1 symmetric (zero point 2^(bits-1)), 0 asymmetric */
   int32_t part;       /* BLOCK_QUANTIZED: MOBIUS_QUANT_PART_* */
+  /* --- appended after version 1: set only when the host's weight_layout_size covers it --- */
+  /* BLOCK_QUANTIZED: 0 or 1, the tensors' rows one after another; g > 1, the tensors taken g at a
+   * time (their count a multiple of g, each group's tensors of equal row counts) with their
+   * rows alternating: row r of the group's first tensor, row r of its second, ..., then row r + 1
+   * (ONNX Runtime's QMoE reads an expert's gate and up rows so, interleaved). */
+  int32_t interleave;
 } mobius_weight_layout;
 #define MOBIUS_WEIGHT_LAYOUT_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_weight_layout, part)
+#define MOBIUS_WEIGHT_LAYOUT_SIZE_V2 MOBIUS_SIZE_THROUGH(mobius_weight_layout, interleave)
 
 /* Options of the current build, as the user gave them. */
 typedef struct mobius_build_options {
@@ -403,6 +410,10 @@ typedef struct mobius_host_api {
    * (last_error says which file and why). */
   mobius_status (*read_source_file)(mobius_context* ctx, const char* name, mobius_string_sink* out,
                                     int32_t* found);
+  /* The largest mobius_weight_layout this host reads (MOBIUS_WEIGHT_LAYOUT_SIZE_V2 and up: it
+   * honours `interleave`). A host without this field reads version 1 only and would ignore later
+   * fields: a plugin sets them only when this covers them. */
+  uint64_t weight_layout_size;
 } mobius_host_api;
 #define MOBIUS_HOST_API_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_host_api, query_tensor)
 

@@ -52,6 +52,6 @@ NEXT_APPENDED_AFTER(next_tensor_type, layout, mobius_tensor_type, dims);
 NEXT_APPENDED_AFTER(next_attribute, doc_string, mobius_attribute, tensor_nbytes);
 NEXT_APPENDED_AFTER(next_node, doc_string, mobius_node, n_attributes);
 NEXT_APPENDED_AFTER(next_architecture, description, mobius_architecture, flags);
-NEXT_APPENDED_AFTER(next_host_api, add_metadata, mobius_host_api, read_source_file);
+NEXT_APPENDED_AFTER(next_host_api, add_metadata, mobius_host_api, weight_layout_size);
 
 #endif /* MOBIUS_PLUGIN_NEXT_H */

@@ -75,6 +75,9 @@ class BuildContext {
   // too old to do it.
   void plan_layout(const std::string& initializer, const std::vector<std::string>& tensors,
                    const mobius_weight_layout& layout);
+  // Whether the host reads mobius_weight_layout's `interleave` (a host that predates it would
+  // ignore it): only then may a plan set it.
+  bool interleaved_layouts() const;
   void ignore_tensors(const std::string& glob);
   // Header-only metadata of a checkpoint tensor; nullopt when absent. Throws when the tensor
   // has more dims than the ABI's mobius_tensor_info holds (8).

@@ -69,6 +69,13 @@ class ExpertBank : public Module {
   int64_t experts, hidden, intermediate;
 
  protected:
+  // The routed experts as one fused operator instead of the loop, when the bank has one for this
+  // build (forward() then returns it); an invalid Value otherwise. Same arguments and result as
+  // forward() without weight_inputs.
+  virtual Value fused(Graph& g, Value x, Value idx, Value weights, int64_t top_k) const {
+    (void)g, (void)x, (void)idx, (void)weights, (void)top_k;
+    return Value();
+  }
   // Expert `e` (int64 scalar of the loop body `b`) on the rows `xe` [n, hidden] of its tokens,
   // in the activation dtype: [n, hidden], same dtype. Weights of the main graph are read through
   // b.outer(), as slices of the expert's own rows only.
@@ -113,9 +120,17 @@ class GatedExpertBank : public ExpertBank {
     Value data, scales, zero_points;  // zero_points: not valid when symmetric
   };
   bool quantized(const BuildContext& ctx) const;
-  Quantized quantized_bank(Graph& g, const std::string& local, DType scales) const;
+  // `interleaved`: gate_up_proj's rows as ONNX Runtime's QMoE reads them, each expert's gate and
+  // up rows alternating (`<bank>_swiglu_Q<bits>`, `<bank>_swiglu_scales`).
+  Quantized quantized_bank(Graph& g, const std::string& local, DType scales,
+                           bool interleaved = false) const;
+  // Whether the build runs the bank as ONNX Runtime's QMoE (fused()): 4-bit symmetric banks of
+  // SiLU experts, for the CPU, where the host lays rows out interleaved, and not for
+  // transformers.js (whose WebAssembly runtime has no QMoE).
+  bool qmoe(const BuildContext& ctx) const;
 
  protected:
+  Value fused(Graph& g, Value x, Value idx, Value weights, int64_t top_k) const override;
   Value expert(Graph& b, Value e, Value xe) const override;
 };
 
