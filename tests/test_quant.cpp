@@ -195,6 +195,40 @@ TEST_CASE("quant: mixture-of-experts banks on grid weights compute what float32 
       }
 }
 
+TEST_CASE("quant: QMoE computes what the expert loop computes; --expert-loop keeps the loop") {
+  // The same int4 weights both ways: any difference beyond float rounding is a wrong fc1 row
+  // order, a scale, or routing weights QMoE reads otherwise than the loop.
+  for (const std::string c : {"qwen3-moe-tiny", "qwen2-moe-tiny", "phimoe-tiny"}) {
+    CAPTURE(c);
+    TempDir t;
+    const std::string args = "--runtime onnxruntime --dtype int4 --block-size 16 --accuracy-level 0";
+    RunResult fused = build_cli(golden(c), t / "qmoe", args);
+    INFO(fused.output);
+    REQUIRE(fused.status == 0);
+    RunResult loop = build_cli(golden(c), t / "loop", args + " --expert-loop");
+    INFO(loop.output);
+    REQUIRE(loop.status == 0);
+    auto count = [](const fs::path& model, const std::string& op) {
+      int n = 0;
+      onnx::ModelProto m = load_model(model);
+      std::function<void(const onnx::GraphProto&)> scan = [&](const onnx::GraphProto& g) {
+        for (const auto& node : g.node()) {
+          n += node.op_type() == op;
+          for (const auto& a : node.attribute())
+            if (a.has_g()) scan(a.g());
+        }
+      };
+      scan(m.graph());
+      return n;
+    };
+    CHECK(count(t / "qmoe" / "model.onnx", "QMoE") > 0);
+    CHECK(count(t / "qmoe" / "model.onnx", "GatherBlockQuantized") == 0);
+    CHECK(count(t / "loop" / "model.onnx", "QMoE") == 0);
+    CHECK(count(t / "loop" / "model.onnx", "GatherBlockQuantized") > 0);
+    CHECK(compare(t.path(), t / "loop" / "model.onnx", t / "qmoe" / "model.onnx") < 1e-4);
+  }
+}
+
 TEST_CASE("quant: int8 and int4 weights are smaller and refused where they cannot run") {
   TempDir t;
   RunResult q = build_cli(golden("llama-tiny"), t / "int8",

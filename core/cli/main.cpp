@@ -345,6 +345,10 @@ int main(int argc, char** argv) {
                     "int4/int8: MatMulNBits accuracy_level, the compute type of its kernels\n"
                     "(0 unset, 1 f32, 2 f16, 3 bf16, 4 int8; default 4 on cpu, 0 on cuda)")
       ->check(CLI::Range(0, 4));
+  build->add_flag("--expert-loop", opts.expert_loop,
+                  "int4: run mixture-of-experts layers as a loop over the experts hit, not as\n"
+                  "ONNX Runtime's fused QMoE (the default where it computes the same: symmetric\n"
+                  "int4 SiLU experts on the CPU); for a runtime without QMoE");
   build->add_option("--runtime", opts.runtime,
                     "Runtime the output folder is laid out for:\n"
                     "  ort-genai        ONNX Runtime GenAI: model.onnx, model.onnx.data,\n"

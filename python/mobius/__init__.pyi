@@ -97,6 +97,7 @@ def build(
     block_size: int = ...,
     symmetric: bool = ...,
     accuracy_level: Optional[int] = ...,
+    expert_loop: bool = ...,
     quiet: bool = ...,
 ) -> ModelPackage: ...
 def info(folder: _PathLike) -> dict[str, Any]: ...

@@ -337,6 +337,7 @@ def build(
     block_size: int = 32,
     symmetric: bool = True,
     accuracy_level: Optional[int] = None,
+    expert_loop: bool = False,
     quiet: bool = False,
 ) -> ModelPackage:
     """Builds a checkpoint into an ONNX model package, as `mobius build` does; save() writes it.
@@ -363,8 +364,8 @@ def build(
         a graph's weights saved). An exception it raises stops the work and is raised.
     task: the task to build, for a model type that builds several (e.g. "feature-extraction").
     components: for a diffusers pipeline: the components to build (e.g. ["unet"]).
-    position_ids, block_size, symmetric, accuracy_level: the CLI's --position-ids, --block-size,
-        --symmetric/--asymmetric and --accuracy-level.
+    position_ids, block_size, symmetric, accuracy_level, expert_loop: the CLI's --position-ids,
+        --block-size, --symmetric/--asymmetric, --accuracy-level and --expert-loop.
     quiet: no notes on stderr.
 
     Raises ConfigError (a config file: the file, the key and why), CheckpointError (a weights
@@ -402,6 +403,7 @@ def build(
         "block_size": int(block_size),
         "symmetric": bool(symmetric),
         "accuracy_level": -1 if accuracy_level is None else int(accuracy_level),
+        "expert_loop": bool(expert_loop),
         "load_weights": bool(load_weights),
         "quiet": bool(quiet),
         "revision": revision or "",

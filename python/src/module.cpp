@@ -363,6 +363,7 @@ PYBIND11_MODULE(_core, m) {
         b.block_size = o["block_size"].cast<int>();
         b.symmetric = o["symmetric"].cast<bool>();
         b.accuracy_level = o["accuracy_level"].cast<int>();
+        b.expert_loop = o["expert_loop"].cast<bool>();
         b.no_weights = !o["load_weights"].cast<bool>();
         b.quiet = o["quiet"].cast<bool>();
         co.revision = o["revision"].cast<std::string>();

@@ -458,6 +458,11 @@ bool BuildContext::symmetric() const {
   return o && MOBIUS_HAS_FIELD(o, mobius_build_options, symmetric) && o->symmetric;
 }
 
+bool BuildContext::expert_loop() const {
+  const mobius_build_options* o = host_->build_options(ctx_);
+  return o && MOBIUS_HAS_FIELD(o, mobius_build_options, expert_loop) && o->expert_loop != 0;
+}
+
 int BuildContext::accuracy_level() const {
   const mobius_build_options* o = host_->build_options(ctx_);
   return o && MOBIUS_HAS_FIELD(o, mobius_build_options, accuracy_level) ? o->accuracy_level : 4;

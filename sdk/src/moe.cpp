@@ -217,7 +217,7 @@ bool GatedExpertBank::quantized(const BuildContext& ctx) const {
 bool GatedExpertBank::qmoe(const BuildContext& ctx) const {
   return quantized(ctx) && ctx.weight_bits() == 4 && ctx.symmetric() && act == "silu" &&
          ctx.execution_provider() == "cpu" && ctx.runtime() != "transformers.js" &&
-         ctx.interleaved_layouts();
+         !ctx.expert_loop() && ctx.interleaved_layouts();
 }
 
 GatedExpertBank::Quantized GatedExpertBank::quantized_bank(Graph& g, const std::string& local,

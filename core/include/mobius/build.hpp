@@ -23,6 +23,9 @@ struct BuildOptions {
   int block_size = 32;      // int4/int8: quantization block along the input dimension
   bool symmetric = true;    // int4/int8: symmetric RTN (no zero points); false: asymmetric
   int accuracy_level = -1;  // int4/int8: MatMulNBits accuracy_level; -1: 4 on cpu, 0 on cuda
+  // Mixture-of-experts layers as a loop over the experts hit even where ONNX Runtime's fused
+  // QMoE could run them (mobius_build_options::expert_loop).
+  bool expert_loop = false;
   bool no_weights = false;    // build the graph only (no checkpoint needed)
   // For a model type that becomes several graphs (Registration::graphs, e.g. a VAE's "encoder"
   // and "decoder"): the one to build. Must be empty for a type of one graph.

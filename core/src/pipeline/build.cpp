@@ -227,6 +227,7 @@ std::unique_ptr<ModelPackage::Impl> start(const std::string& model_type, const f
   ctx.options.block_size = opts.block_size;
   ctx.options.symmetric = opts.symmetric ? 1 : 0;
   ctx.options.accuracy_level = opts.accuracy_level >= 0 ? opts.accuracy_level : opts.ep == "cuda" ? 0 : 4;
+  ctx.options.expert_loop = opts.expert_loop ? 1 : 0;
   ctx.runtime = impl->layout.runtime;
   ctx.model_file = impl->layout.graph;
   ctx.options.runtime = ctx.runtime.c_str();

@@ -255,6 +255,10 @@ typedef struct mobius_build_options {
    * decoder of this type reads (no defaults), and the host builds the model only if the
    * checkpoint holds exactly the tensors it reads. Absent: 0. */
   int32_t fallback;
+  /* 1: a mixture-of-experts layer runs as a loop over the experts its tokens chose even where a
+   * fused operator could run it (`mobius build --expert-loop`: for a runtime without ONNX
+   * Runtime's QMoE, or to compare the two). Absent: 0. */
+  int32_t expert_loop;
 } mobius_build_options;
 #define MOBIUS_BUILD_OPTIONS_SIZE_V1 MOBIUS_SIZE_THROUGH(mobius_build_options, no_weights)
 

@@ -59,6 +59,9 @@ class BuildContext {
   int block_size() const;
   bool symmetric() const;
   int accuracy_level() const;
+  // Whether the user asked for mixture-of-experts layers as a loop over the experts hit (mobius
+  // build --expert-loop) rather than a fused operator; false from a host that predates it.
+  bool expert_loop() const;
   // The graph being built for an architecture registered with several (PluginRegistrar::add's
   // `graphs`, e.g. "encoder" or "decoder"); empty for an architecture of one graph.
   std::string graph_name() const;

@@ -126,7 +126,7 @@ class GatedExpertBank : public ExpertBank {
                            bool interleaved = false) const;
   // Whether the build runs the bank as ONNX Runtime's QMoE (fused()): 4-bit symmetric banks of
   // SiLU experts, for the CPU, where the host lays rows out interleaved, and not for
-  // transformers.js (whose WebAssembly runtime has no QMoE).
+  // transformers.js (whose WebAssembly runtime has no QMoE) or with --expert-loop.
   bool qmoe(const BuildContext& ctx) const;
 
  protected:
