@@ -56,6 +56,19 @@ const std::vector<Published>& published() {
       {"HuggingFaceTB/SmolLM3-3B",
        R"({"architectures": ["SmolLM3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": null, "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 11008, "max_position_embeddings": 65536, "max_window_layers": 28, "mlp_bias": false, "model_type": "smollm3", "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0], "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4, "pad_token_id": 128004, "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 5000000.0, "sliding_window": null, "use_cache": false, "use_sliding_window": false, "vocab_size": 128256})",
        3075098624u},
+      // Attention and Mamba-2 side by side in every layer (the mamba2 pack).
+      {"tiiuae/Falcon-H1-1.5B-Instruct",
+       R"({"architectures": ["FalconH1ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "attention_in_multiplier": 1.0, "attention_out_multiplier": 1.0, "attn_layer_indices": null, "bos_token_id": 1, "embedding_multiplier": 5.656854249492381, "eos_token_id": 11, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 4608, "key_multiplier": 0.390625, "lm_head_multiplier": 0.0390625, "mamba_chunk_size": 128, "mamba_conv_bias": true, "mamba_d_conv": 4, "mamba_d_head": 64, "mamba_d_ssm": 3072, "mamba_d_state": 256, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 48, "mamba_norm_before_gate": false, "mamba_proj_bias": false, "mamba_rms_norm": false, "mamba_use_mlp": true, "max_position_embeddings": 131072, "mlp_bias": false, "mlp_expansion_factor": 8, "mlp_multipliers": [0.8838834764831844, 0.5859375], "model_type": "falcon_h1", "num_attention_heads": 8, "num_hidden_layers": 24, "num_key_value_heads": 2, "num_logits_to_keep": 1, "pad_token_id": 0, "projectors_bias": false, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 100000000000.0, "ssm_in_multiplier": 1.25, "ssm_multipliers": [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], "ssm_out_multiplier": 0.23570226039551584, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.52.0.dev0", "use_cache": true, "vocab_size": 65537})",
+       1554789760u},
+      // Short convolutions and attention by layer_types (the lfm2 pack); its MLP is two thirds of
+      // block_ff_dim, rounded up to block_multiple_of (8192).
+      {"LiquidAI/LFM2-1.2B",
+       R"({"architectures": ["Lfm2ForCausalLM"], "block_auto_adjust_ff_dim": true, "block_dim": 2048, "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_mlp_init_scale": 1.0, "block_multiple_of": 256, "block_norm_eps": 1e-05, "block_out_init_scale": 1.0, "block_use_swiglu": true, "block_use_xavier_init": true, "bos_token_id": 1, "conv_L_cache": 3, "conv_bias": false, "conv_dim": 2048, "conv_dim_out": 2048, "conv_use_xavier_init": true, "eos_token_id": 7, "full_attn_idxs": [2, 5, 8, 10, 12, 14], "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 12288, "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "full_attention", "conv", "full_attention", "conv", "full_attention", "conv"], "max_position_embeddings": 128000, "model_type": "lfm2", "norm_eps": 1e-05, "num_attention_heads": 32, "num_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pad_token_id": 0, "rope_theta": 1000000.0, "theta": 1000000.0, "tie_embedding": true, "torch_dtype": "bfloat16", "transformers_version": "4.54.0.dev0", "use_cache": true, "use_pos_enc": true, "vocab_size": 65536})",
+       1170340608u},
+      // Mamba-1 blocks alone, no attention and no MLP (the mamba pack); lm_head tied.
+      {"state-spaces/mamba-130m-hf",
+       R"({"architectures": ["MambaForCausalLM"], "bos_token_id": 0, "conv_kernel": 4, "d_inner": 1536, "d_model": 768, "eos_token_id": 0, "expand": 2, "fused_add_norm": true, "hidden_act": "silu", "hidden_size": 768, "initializer_range": 0.1, "intermediate_size": 1536, "layer_norm_epsilon": 1e-05, "model_type": "mamba", "n_layer": 24, "num_hidden_layers": 24, "pad_token_id": 0, "pad_vocab_size_multiple": 8, "rescale_prenorm_residual": false, "residual_in_fp32": true, "rms_norm": true, "ssm_cfg": {}, "state_size": 16, "time_step_floor": 0.0001, "time_step_init_scheme": "random", "time_step_max": 0.1, "time_step_min": 0.001, "time_step_rank": 48, "time_step_scale": 1.0, "torch_dtype": "float32", "transformers_version": "4.39.0.dev0", "use_bias": false, "use_cache": true, "use_conv_bias": true, "vocab_size": 50280})",
+       129135360u},
   };
   return p;
 }
@@ -108,6 +121,16 @@ TEST_CASE("decoder families: configs that cannot work are refused, naming the ke
       {"hunyuan-dense-tiny", [](auto& c) { c.erase("head_dim"); }, "'head_dim' is required"},
       {"exaone4-tiny", [](auto& c) { c.erase("layer_types"); c["sliding_window_pattern"] = 0; }, "'sliding_window_pattern' must be positive"},
       {"opt-tiny", [](auto& c) { c["word_embed_proj_dim"] = 0; }, "'word_embed_proj_dim' must be positive"},
+      // The Mamba-2 pack.
+      {"mamba2-tiny", [](auto& c) { c["n_groups"] = 3; }, "'n_groups' (3) must divide 'num_heads' (8)"},
+      {"mamba2-tiny", [](auto& c) { c["head_dim"] = 12; }, "'head_dim' (12) times 'num_heads' (8) must be the SSM width 128"},
+      {"mamba2-tiny", [](auto& c) { c["time_step_limit"] = {0.0, "x"}; }, "'time_step_limit' must be [min, max] of numbers"},
+      {"bamba-tiny", [](auto& c) { c["attn_layer_indices"] = {5}; }, "'attn_layer_indices' has layer 5, not one of the 2 layers"},
+      {"falcon-h1-tiny", [](auto& c) { c["ssm_multipliers"] = {1, 2}; }, "'ssm_multipliers' must be a list of 5 numbers"},
+      {"falcon-h1-tiny", [](auto& c) { c["key_multiplier"] = 0; }, "'key_multiplier' must be positive"},
+      {"granitemoehybrid-tiny", [](auto& c) { c["layer_types"][1] = "sliding_attention"; }, "'layer_types' has unknown layer type 'sliding_attention'"},
+      {"nemotron-h-pattern", [](auto& c) { c["hybrid_override_pattern"] = "ME*X"; }, "'hybrid_override_pattern' has 'X'"},
+      {"nemotron-h-tiny", [](auto& c) { c["moe_latent_size"] = 32; }, "'moe_latent_size' is not supported"},
   };
   for (const auto& b : cases) {
     CAPTURE(b.c);

@@ -113,8 +113,9 @@ TEST_CASE("genai config: GenAI's model type names") {
   CHECK(genai_model_type("phi3small_custom", {"Phi3SmallForCausalLM"}) == "phi3small");
   CHECK(genai_model_type("starcoder2", {"Starcoder2ForCausalLM"}) == "decoder");
   CHECK(genai_model_type("whatever", {}) == "decoder");
-  // Types with runners of their own whose cache layout a mobius graph does not have.
-  CHECK(genai_model_type("lfm2", {"Lfm2ForCausalLM"}) == "decoder");
+  // Types with runners of their own: LFM2's, whose cache layout a mobius lfm2 graph has; GPT-2's,
+  // whose a mobius graph does not.
+  CHECK(genai_model_type("lfm2", {"Lfm2ForCausalLM"}) == "lfm2");
   CHECK(genai_model_type("gpt2", {"GPT2LMHeadModel"}) == "decoder");
 
   GenaiFacts f = llama_facts();
@@ -321,4 +322,38 @@ TEST_CASE("genai config: facts GenAI cannot use") {
   std::tie(msg, kind) = failure(f);
   CHECK(kind == MOBIUS_ERROR_KIND_CONFIG);
   CHECK(contains(msg, "63 characters"));
+}
+
+TEST_CASE("genai config: lfm2 runs in GenAI's LFM2 runner with its layer types and conv states") {
+  GenaiFacts f = llama_facts(3);
+  f.model_type = "lfm2";
+  f.architectures = {"Lfm2ForCausalLM"};
+  f.cache_kinds = {{"conv_state"}, {"key", "value"}, {"conv_state"}};
+  f.config = {{"model_type", "lfm2"}, {"bos_token_id", 1}, {"eos_token_id", 2}, {"conv_L_cache", 3}};
+  json g = make_genai_config(f);
+  const json& d = g["model"]["decoder"];
+  CHECK(g["model"]["type"] == "lfm2");
+  CHECK(d["layer_types"] == json({"conv", "full_attention", "conv"}));
+  CHECK(d["conv_cache_size"] == 3);
+  CHECK(d["inputs"]["past_conv_names"] == "past_key_values.%d.conv_state");
+  CHECK(d["outputs"]["present_conv_names"] == "present.%d.conv_state");
+  CHECK(d["inputs"]["past_key_names"] == "past_key_values.%d.key");
+  CHECK(g["search"]["past_present_share_buffer"] == false);
+
+  // A layer without a cache, or with a Gated DeltaNet pair, is not one the runner knows.
+  f.cache_kinds = {{"conv_state"}, {}, {"conv_state"}};
+  auto [msg, kind] = failure(f);
+  CHECK(kind == MOBIUS_ERROR_KIND_CONFIG);
+  CHECK(contains(msg, "LFM2 runner"));
+  f.cache_kinds = {{"conv_state", "recurrent_state"}, {"key", "value"}, {"conv_state"}};
+  CHECK(contains(failure(f).first, "past_key_values.0.recurrent_state"));
+  // States GenAI cannot size from the graph.
+  f.cache_kinds = {{"conv_state"}, {"key", "value"}, {"conv_state"}};
+  f.state_dims_static = false;
+  CHECK(contains(failure(f).first, "dynamic dim"));
+  // A lone conv state is LFM2's alone: GenAI's generic decoder has no cache for it.
+  f.state_dims_static = true;
+  f.model_type = "qwen3";
+  f.architectures = {"Qwen3ForCausalLM"};
+  CHECK(contains(failure(f).first, "past_key_values.0.conv_state"));
 }

@@ -42,6 +42,61 @@ const char* kQwen3_30B_A3B = R"({
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
   "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
 
+// Gated DeltaNet and gated attention (every fourth layer), every layer sparse with a gated
+// shared expert.
+const char* kQwen3Next80B = R"({
+  "architectures": ["Qwen3NextForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+  "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 5120, "linear_conv_kernel_dim": 4,
+  "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+  "linear_value_head_dim": 128, "max_position_embeddings": 262144, "mlp_only_layers": [],
+  "model_type": "qwen3_next", "moe_intermediate_size": 512, "norm_topk_prob": true,
+  "num_attention_heads": 16, "num_experts": 512, "num_experts_per_tok": 10,
+  "num_hidden_layers": 48, "num_key_value_heads": 2, "output_router_logits": false,
+  "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_scaling": null,
+  "rope_theta": 10000000, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.57.0.dev0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+// Qwen2-MoE: 60 experts top-4, one shared expert behind a sigmoid gate.
+const char* kQwen15MoE = R"({
+  "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "decoder_sparse_step": 1, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 8192,
+  "max_window_layers": 21, "model_type": "qwen2_moe", "moe_intermediate_size": 1408,
+  "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60,
+  "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16,
+  "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
+// OLMoE: 64 experts top-8, q/k norms over the whole projections.
+const char* kOlmoe1B7B = R"({
+  "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 1024, "max_position_embeddings": 4096,
+  "model_type": "olmoe", "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 64,
+  "num_experts_per_tok": 8, "num_hidden_layers": 16, "num_key_value_heads": 16,
+  "output_router_logits": false, "pad_token_id": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 10000.0, "router_aux_loss_coef": 0.01, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0", "vocab_size": 50304})";
+
+uint64_t qwen15_moe_parameters() {
+  const uint64_t V = 151936, H = 2048, I = 1408, E = 60, S = 5632, L = 24;
+  const uint64_t attn = 4 * H * H + 3 * H;                       // q/k/v biases
+  const uint64_t moe = E * H + E * 3 * I * H + 3 * S * H + H;    // router, experts, shared + gate
+  return 2 * V * H + H + L * (attn + moe + 2 * H);  // 14.3B
+}
+
+uint64_t olmoe_parameters() {
+  const uint64_t V = 50304, H = 2048, I = 1024, E = 64, L = 16;
+  const uint64_t attn = 4 * H * H + 2 * H;  // q/k norms over the projections
+  const uint64_t moe = E * H + E * 3 * I * H;
+  return 2 * V * H + H + L * (attn + moe + 2 * H);  // 6.9B
+}
+
 // gpt-oss-20b and gpt-oss-120b differ in their layer and expert counts only.
 std::string gpt_oss_config(int layers, int experts) {
   nlohmann::json types = nlohmann::json::array();
@@ -87,6 +142,16 @@ uint64_t qwen3_30b_parameters() {
   return 2 * V * H + H + L * (attn + moe + 2 * H);  // 30.5B
 }
 
+uint64_t qwen3_next_parameters() {
+  const uint64_t V = 151936, H = 2048, I = 512, E = 512, L = 48, d = 256, q = 16 * d, kv = 2 * d;
+  const uint64_t attn = H * 2 * q + 2 * H * kv + q * H + 2 * d;  // q_proj [query | gate]
+  const uint64_t dk = 128, key = 16 * dk, value = 32 * dk;  // linear attention
+  const uint64_t linear = H * (2 * key + 2 * value) + H * 2 * 32 + (2 * key + value) * 4 +
+                          2 * 32 + dk + value * H;
+  const uint64_t moe = E * H + E * 3 * I * H + 3 * I * H + H;  // router, experts, shared + gate
+  return 2 * V * H + H + 12 * attn + 36 * linear + L * (moe + 2 * H);  // 79.7B
+}
+
 uint64_t gpt_oss_parameters(uint64_t L, uint64_t E) {
   const uint64_t V = 201088, H = 2880, I = 2880, q = 64 * 64, kv = 8 * 64;
   const uint64_t attn = (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + 64;  // biases, sinks
@@ -104,6 +169,10 @@ TEST_CASE("moe families: the published configs build graph-only in seconds, chec
       {"Qwen3-30B-A3B", kQwen3_30B_A3B, 48, 48, qwen3_30b_parameters()},
       {"gpt-oss-20b", gpt_oss_config(24, 32), 24, 24, gpt_oss_parameters(24, 32)},
       {"gpt-oss-120b", gpt_oss_config(36, 128), 36, 36, gpt_oss_parameters(36, 128)},
+      // GroupQueryAttention on its 12 full-attention layers only.
+      {"Qwen3-Next-80B-A3B-Instruct", kQwen3Next80B, 12, 48, qwen3_next_parameters()},
+      {"Qwen1.5-MoE-A2.7B", kQwen15MoE, 24, 24, qwen15_moe_parameters()},
+      {"OLMoE-1B-7B-0924", kOlmoe1B7B, 16, 16, olmoe_parameters()},
   };
   for (const auto& pm : models) {
     CAPTURE(pm.name);
@@ -369,5 +438,65 @@ TEST_CASE("moe families: int8/int4 builds store expert banks block-quantized, wi
       }
     CHECK(worst1 <= 1.0001);
     CHECK(worst1 > 0.1);
+  }
+}
+
+// Llama 4 Scout's text model: the text_config of meta-llama/Llama-4-Scout-17B-16E-Instruct's
+// config.json, as a llama4_text config.json and inside the composite llama4 config (its text
+// weights under language_model). Every layer sparse (16 experts, top 1, a shared expert), a NoPE
+// layer every fourth, chunked attention (8192) on the others, a llama3 rope whose two band
+// factors are equal, and attn_temperature_tuning written as 4.
+TEST_CASE("moe families: Llama 4 Scout's published text config builds graph-only in seconds") {
+  const char* kScout = R"({
+    "architectures": ["Llama4ForCausalLM"], "attention_bias": false, "attention_chunk_size": 8192,
+    "attention_dropout": 0.0, "attn_scale": 0.1, "attn_temperature_tuning": 4,
+    "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008], "floor_scale": 8192,
+    "for_llm_compressor": false, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "initializer_range": 0.02, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760, "model_type": "llama4_text",
+    "moe_layers": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47],
+    "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0],
+    "num_attention_heads": 40, "num_experts_per_tok": 1, "num_hidden_layers": 48,
+    "num_key_value_heads": 8, "num_local_experts": 16, "output_router_logits": false,
+    "pad_token_id": 200018, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_qk_norm": true, "vocab_size": 202048})";
+  nlohmann::json composite = {{"architectures", {"Llama4ForConditionalGeneration"}},
+                              {"model_type", "llama4"},
+                              {"tie_word_embeddings", false},
+                              {"text_config", nlohmann::json::parse(kScout)}};
+  composite["text_config"].erase("architectures");
+  for (const std::string prefix : {"", "language_model."}) {
+    CAPTURE(prefix);
+    TempDir t;
+    double secs = 0;
+    onnx::ModelProto m = build_config_only(t, prefix.empty() ? std::string(kScout) : composite.dump(),
+                                           "--runtime onnxruntime", &secs);
+    MESSAGE("Llama-4-Scout-17B-16E-Instruct graph-only build: " << secs << " s");
+    CHECK(secs < 60);
+    std::map<std::string, int> ops;
+    for (const auto& n : m.graph().node()) ops[n.op_type()]++;
+    CHECK(ops["Loop"] == 48);                 // one expert loop per sparse layer
+    CHECK(ops["GroupQueryAttention"] == 48);  // chunked layers too: their chunks are its attention_bias
+    CHECK(ops["RotaryEmbedding"] == 2 * 36);  // q and k of the 36 rope layers, before their q/k norms
+    std::map<std::string, std::vector<int64_t>> inits;
+    uint64_t params = 0;
+    for (const auto& i : m.graph().initializer()) {
+      inits[i.name()] = dims_of(i);
+      if (i.name().rfind("rope", 0) == 0) continue;  // rotary caches, computed, not weights
+      uint64_t n = 1;
+      for (int64_t d : i.dims()) n *= static_cast<uint64_t>(d);
+      params += n;
+    }
+    // transformers' Llama4ForCausalLM of this config: 107,769,861,120 parameters.
+    const uint64_t V = 202048, H = 5120, I = 8192, E = 16, L = 48, q = 40 * 128, kv = 8 * 128;
+    const uint64_t attn = 2 * H * q + 2 * H * kv;                       // no q/k norm weights
+    const uint64_t moe = E * H + E * 2 * I * H + E * I * H + 3 * I * H;  // router, banks, shared
+    CHECK(params == 2 * V * H + H + L * (attn + moe + 2 * H));
+    CHECK(inits[prefix + "model.layers.0.feed_forward.experts.gate_up_proj"] == std::vector<int64_t>{16, 5120, 16384});
+    CHECK(inits[prefix + "model.layers.47.feed_forward.experts.down_proj"] == std::vector<int64_t>{16, 8192, 5120});
+    CHECK(inits.count(prefix + "lm_head.weight") == 1);
   }
 }

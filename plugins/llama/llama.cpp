@@ -23,16 +23,6 @@ void periodic_layers(ArchitectureConfig& c, int64_t period, bool full_last) {
   });
 }
 
-// Mistral's and Qwen's sliding window, where the config turns it on.
-void qwen_window(const ConfigReader& r, ArchitectureConfig& c) {
-  if (!r.get_bool("use_sliding_window", false)) c.sliding_window = 0;
-  const int64_t max_window_layers = r.get_int("max_window_layers", 28);
-  mobius::default_layer_types(c, [&](int64_t i) {
-    return c.sliding_window > 0 && i >= max_window_layers ? "sliding_attention" : "full_attention";
-  });
-  mobius::check_attention_layer_types(r, c);
-}
-
 DecoderSpec post_norm(const json&) {
   DecoderSpec s;
   s.placement = NormPlacement::Post;  // a norm after each block (OLMo-2, OLMo-3, EXAONE 4)
@@ -74,20 +64,16 @@ const std::map<std::string, DecoderFamily>& families() {
                  [](const ConfigReader& r, ArchitectureConfig& c, json&) {
                    c.qkv_bias = true;  // qwen2 always has q/k/v biases and no o_proj bias
                    c.o_bias = false;
-                   qwen_window(r, c);
+                   mobius::read_qwen_window(r, c);
                  }}},
       {"qwen3", {D{151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, 10000.0},
                  [](const ConfigReader& r, ArchitectureConfig& c, json&) {
-                   qwen_window(r, c);
+                   mobius::read_qwen_window(r, c);
                    c.qk_norm = "head";
                  }}},
       {"granite", {D{32000, 4096, 11008, 32, 32, 0, 0, 2048, 1e-6, 10000.0},
                    [](const ConfigReader& r, ArchitectureConfig& c, json&) {
-                     c.embedding_multiplier = r.get_double("embedding_multiplier", 1.0);
-                     c.attention_multiplier = r.get_double("attention_multiplier", 1.0);
-                     c.residual_multiplier = r.get_double("residual_multiplier", 1.0);
-                     c.logits_scaling = r.get_double("logits_scaling", 1.0);
-                     if (c.logits_scaling == 0) r.fail("logits_scaling", "must not be 0");
+                     mobius::read_granite_multipliers(r, c);
                      mobius::check_attention_layer_types(r, c);
                    }}},
       {"olmo2", {D{50304, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5, 10000.0},
@@ -191,22 +177,8 @@ const std::map<std::string, DecoderFamily>& families() {
                     }}},
       {"hunyuan_v1_dense", {D{290943, 4096, 11008, 32, 32, 0, 0, 2048, 1e-5, 10000.0},
                             [](const ConfigReader& r, ArchitectureConfig& c, json&) {
-                              if (!r.has("head_dim")) r.fail("head_dim", "is required (transformers does not derive it)");
-                              c.qk_norm = "head";
+                              mobius::read_hunyuan_attention(r, c);
                               c.mlp_bias = false;
-                              // A dynamic rope with an alpha is a fixed change of base (NTK alpha).
-                              for (const char* key : {"rope_parameters", "rope_scaling"}) {
-                                auto it = r.raw().find(key);
-                                if (it == r.raw().end() || !it->is_object() || !it->contains("alpha")) continue;
-                                const json& a = it->at("alpha");
-                                if (!a.is_number() || !(a.get<double>() > 0)) r.fail(key, "alpha must be a positive number");
-                                if (c.rope.type == "dynamic") {
-                                  const auto d = static_cast<double>(c.head_dim);
-                                  c.rope.theta *= std::pow(a.get<double>(), d / (d - 2.0));
-                                  c.rope.type = "default";
-                                }
-                              }
-                              mobius::check_attention_layer_types(r, c);
                             },
                             [](const json&) {
                               DecoderSpec s;

@@ -40,7 +40,7 @@ Value attention_probs(Graph& g, SharedInputs& shared, Value q, Value k, const At
     if (rep == 1) scores = Add(scores, bias);
     else scores = Reshape(Add(Reshape(scores, {0, heads, -1, 0}), bias), {0, groups.size, -1, 0});
   }
-  scores = Add(scores, shared.attention_bias(core.window, rep));
+  scores = Add(scores, shared.attention_bias(core.window, rep, core.chunk));
   if (!sinks.valid()) return Cast(Softmax(scores, -1), q.dtype());
   // Per query head: the rows of one head are contiguous, so [batch, groups, rep * seq, total]
   // is [batch, heads, seq, total] as it lies. The softmax of [scores | sink] without its last
@@ -131,6 +131,14 @@ Attention::Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFac
     k_norm = kn.get();
     attach(names.q_norm, std::move(qn));
     attach(names.k_norm, std::move(kn));
+  } else if (qk_norm == "head_weightless") {
+    // No parameters: the modules hold no checkpoint tensor.
+    auto qn = std::make_unique<WeightlessRMSNorm>(cfg.rms_norm_eps);
+    auto kn = std::make_unique<WeightlessRMSNorm>(cfg.rms_norm_eps);
+    q_norm = qn.get();
+    k_norm = kn.get();
+    attach(names.q_norm, std::move(qn));
+    attach(names.k_norm, std::move(kn));
   } else if (qk_norm != "none") {
     throw Error("[attention] unknown qk_norm '" + qk_norm + "'");
   }
@@ -180,8 +188,8 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   const bool fuse = fused(ctx, shared.act);
   const bool in_out = (qkv_proj ? qkv_proj : q_proj)->in_out;
   Value q, k, v, gate;
-  if (fuse && !output_gate && qk_norm == "none" && !rotary_outside(ctx) && qkv_layout == QkvLayout::Blocks &&
-      clip_qkv == 0 && (qkv_proj || !in_out)) {
+  if (fuse && !output_gate && qk_norm == "none" && !temperature.enabled() && !rotary_outside(ctx) &&
+      qkv_layout == QkvLayout::Blocks && clip_qkv == 0 && (qkv_proj || !in_out)) {
     // One tensor [batch, seq, (heads + 2 kv_heads) * head_dim] for the operator, as the
     // projection packs it.
     Value qkv = qkv_proj ? qkv_proj->forward(g, x)
@@ -228,8 +236,8 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   if (!output_gate) q = Reshape(q, {0, 0, heads, head_dim});
   k = Reshape(k, {0, 0, kv_heads, head_dim});
   v = Reshape(v, {0, 0, kv_heads, head_dim});
-  const bool head_norms = qk_norm == "head" || qk_norm == "head_each";
-  if (head_norms && !qk_norm_after_rope) {
+  const bool per_head = head_norms();
+  if (per_head && !qk_norm_after_rope) {
     q = q_norm->forward(g, q);
     k = k_norm->forward(g, k);
   }
@@ -241,10 +249,11 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
     q = apply_rope(q, cos, sin, rope.interleaved);
     k = apply_rope(k, cos, sin, rope.interleaved);
   }
-  if (head_norms && qk_norm_after_rope) {
+  if (per_head && qk_norm_after_rope) {
     q = q_norm->forward(g, q);
     k = k_norm->forward(g, k);
   }
+  q = apply_temperature(g, shared, q, false);
   k = Concat({past.at("key"), k}, 2);  // [batch, kv_heads, total, head_dim]
   v = Concat({past.at("value"), v}, 2);
   present["key"] = k;
@@ -253,6 +262,34 @@ Value Attention::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
                               head_sinks(g, DType::Float));
   if (output_gate) o = Mul(o, Sigmoid(gate));
   return o_proj->forward(g, o);
+}
+
+bool Attention::head_norms() const {
+  return qk_norm == "head" || qk_norm == "head_each" || qk_norm == "head_weightless";
+}
+
+Value Attention::apply_temperature(Graph& g, SharedInputs& shared, Value q, bool gqa) const {
+  if (!temperature.enabled()) return q;
+  const std::string key = "query_temperature/" + std::to_string(temperature.floor_scale) + "/" +
+                          std::to_string(temperature.scale) + (gqa ? "/gqa" : "");
+  Value factor;
+  if (auto it = shared.memo.find(key); it != shared.memo.end()) {
+    factor = it->second;
+  } else {
+    Value slots = gqa ? shared.gqa_query_slots() : shared.query_slots();  // [batch, seq] or [seq]
+    ScopeGuard s(g, "query_temperature");
+    // transformers: log1p(floor((slot + 1) / floor_scale)) * attn_scale + 1, in float32; the floor
+    // is a whole number, so log(1 + it) is log1p's value.
+    Value pos = Add(Cast(slots, DType::Float), Scalar(g, DType::Float, 1.0));
+    Value fl = Div(pos, Scalar(g, DType::Float, temperature.floor_scale));
+    fl = g.node("Floor", {fl}, {fl.type()})[0];
+    Value t = Add(Mul(Log(Add(fl, Scalar(g, DType::Float, 1.0))), Scalar(g, DType::Float, temperature.scale)),
+                  Scalar(g, DType::Float, 1.0));
+    factor = Unsqueeze(t, {-1});  // [batch, seq, 1] or [seq, 1]
+    shared.memo[key] = factor;
+  }
+  // (q * scales).to(q.dtype): the product in float32, rounded once.
+  return Cast(Mul(Cast(q, DType::Float), factor), q.dtype());
 }
 
 int64_t Attention::rotary_dim() const {
@@ -288,12 +325,12 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   // k and v [batch, seq, kv_heads * head_dim]; or q the packed projection and k, v invalid.
   const bool packed = !k.valid();
   if (output_gate) q = Reshape(q, {0, 0, heads * head_dim});
-  const bool head_norms = qk_norm == "head" || qk_norm == "head_each";
+  const bool per_head = head_norms();
   auto norm_heads = [&]() {
     q = Reshape(q_norm->forward(g, Reshape(q, {0, 0, heads, head_dim})), {0, 0, heads * head_dim});
     k = Reshape(k_norm->forward(g, Reshape(k, {0, 0, kv_heads, head_dim})), {0, 0, kv_heads * head_dim});
   };
-  if (head_norms && !qk_norm_after_rope) norm_heads();
+  if (per_head && !qk_norm_after_rope) norm_heads();
   const int64_t rot = rotary_dim();
   Value cos, sin;
   if (rot > 0) std::tie(cos, sin) = shared.rope_caches(rope, rot);
@@ -303,7 +340,13 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
     q = RotaryEmbedding(q, rows, cos, sin, heads, rot, rope.interleaved);
     k = RotaryEmbedding(k, rows, cos, sin, kv_heads, rot, rope.interleaved);
   }
-  if (head_norms && qk_norm_after_rope) norm_heads();
+  if (per_head && qk_norm_after_rope) norm_heads();
+  // The temperature multiplies each query by a number: before the operator's own rotary it
+  // scales the rotated query alike. At the operator's slots (gqa_query_slots), which are
+  // query_slots() but on a right-padded row. A packed projection is never scaled (forward
+  // unpacks it).
+  if (packed && temperature.enabled()) throw Error("[attention] the query temperature needs q unpacked");
+  q = apply_temperature(g, shared, q, true);
   // Otherwise the operator rotates q and k itself, each token at its slot (gqa_lengths). A
   // left-padded row's slots are its positions plus its padding, the same offset for every
   // token of the row; a right-padded row's tokens are written from slot 0 on, over its
@@ -325,7 +368,7 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
   const Value none;
   const Value past_k = past.at("key"), past_v = past.at("value");
   std::vector<Value> inputs{q, packed ? none : k, packed ? none : v, past_k, past_v, seqlens_k, total,
-                            inside ? cos : none, inside ? sin : none, none, shared.gqa_bias()};
+                            inside ? cos : none, inside ? sin : none, none, shared.gqa_bias(core.chunk)};
   if (Value sinks = head_sinks(g, q.dtype()); sinks.valid()) inputs.push_back(sinks);  // head_sink
   auto out = g.node("GroupQueryAttention", inputs,
                     {TensorType(q.dtype(), {Dim("batch_size"), Dim("sequence_length"), Dim(heads * head_dim)}),
@@ -339,6 +382,14 @@ Value Attention::fused_attention(Graph& g, Value q, Value k, Value v, SharedInpu
 
 // ---------------------------------------------------------------------------------------------
 // Per-head norms and ALiBi
+
+Value WeightlessRMSNorm::forward(Graph& g, Value x) const {
+  ScopeGuard s(g, path());
+  Value xf = Cast(x, DType::Float);
+  Value ms = ReduceMean(Mul(xf, xf), {-1}, true);
+  Value inv = Reciprocal(Sqrt(Add(ms, Scalar(g, DType::Float, eps))));
+  return Cast(Mul(xf, inv), x.dtype());
+}
 
 PerHeadLayerNorm::PerHeadLayerNorm(int64_t h, int64_t d, double e, bool st)
     : heads(h), head_dim(d), eps(e), stacked(st) {

@@ -415,8 +415,10 @@ RopeConfig read_rope(const ConfigReader& r, double default_theta) {
     if (type == "llama3") {
       if (rope.original_max_position_embeddings <= 0)
         r.fail(key, "llama3 rope needs original_max_position_embeddings");
-      if (rope.high_freq_factor <= rope.low_freq_factor)
-        r.fail(key, "high_freq_factor must be greater than low_freq_factor");
+      // Equal factors leave no band between the two wavelengths (Llama 4 Scout's 1.0 and 1.0):
+      // transformers only warns, and a frequency is then divided by the factor or kept.
+      if (rope.high_freq_factor < rope.low_freq_factor)
+        r.fail(key, "high_freq_factor must not be less than low_freq_factor");
     }
   }
   if (rope.theta <= 0) r.fail("rope_theta", "must be positive");

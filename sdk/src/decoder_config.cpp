@@ -1,6 +1,8 @@
 // decoder_config.cpp - read_decoder_config (decoder_config.hpp).
 #include "mobius/sdk/decoder_config.hpp"
 
+#include <cmath>
+
 #include "mobius/sdk/layers.hpp"
 
 namespace mobius {
@@ -99,6 +101,40 @@ void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
 
 void check_attention_layer_types(const ConfigReader& r, const ArchitectureConfig& c) {
   check_layer_types(r, c, {"full_attention", "sliding_attention"});
+}
+
+void read_qwen_window(const ConfigReader& r, ArchitectureConfig& c) {
+  if (!r.get_bool("use_sliding_window", false)) c.sliding_window = 0;
+  const int64_t max_window_layers = r.get_int("max_window_layers", 28);
+  default_layer_types(c, [&](int64_t i) {
+    return c.sliding_window > 0 && i >= max_window_layers ? "sliding_attention" : "full_attention";
+  });
+  check_attention_layer_types(r, c);
+}
+
+void read_granite_multipliers(const ConfigReader& r, ArchitectureConfig& c) {
+  c.embedding_multiplier = r.get_double("embedding_multiplier", 1.0);
+  c.attention_multiplier = r.get_double("attention_multiplier", 1.0);
+  c.residual_multiplier = r.get_double("residual_multiplier", 1.0);
+  c.logits_scaling = r.get_double("logits_scaling", 1.0);
+  if (c.logits_scaling == 0) r.fail("logits_scaling", "must not be 0");
+}
+
+void read_hunyuan_attention(const ConfigReader& r, ArchitectureConfig& c) {
+  if (!r.has("head_dim")) r.fail("head_dim", "is required (transformers does not derive it)");
+  c.qk_norm = "head";
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = r.raw().find(key);
+    if (it == r.raw().end() || !it->is_object() || !it->contains("alpha")) continue;
+    const nlohmann::json& a = it->at("alpha");
+    if (!a.is_number() || !(a.get<double>() > 0)) r.fail(key, "alpha must be a positive number");
+    if (c.rope.type == "dynamic") {
+      const auto d = static_cast<double>(c.head_dim);
+      c.rope.theta *= std::pow(a.get<double>(), d / (d - 2.0));
+      c.rope.type = "default";
+    }
+  }
+  check_attention_layer_types(r, c);
 }
 
 }  // namespace mobius

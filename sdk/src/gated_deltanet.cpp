@@ -26,16 +26,15 @@
 #include <climits>
 #include <cmath>
 
+#include "recurrent.hpp"
+
 namespace mobius::nn {
+
+using detail::node1;
 
 using namespace mobius::op;
 
 namespace {
-
-Value node1(Graph& g, const std::string& op, const std::vector<Value>& in, const TensorType& t,
-            const std::vector<Attr>& attrs = {}) {
-  return g.node(op, in, {t}, attrs)[0];
-}
 
 // ONNX Pad (constant 0) with the result type given by the caller.
 Value pad(Value x, Value pads, const TensorType& t) {
@@ -53,18 +52,6 @@ Value cumsum_last(Value x) {
 Value l2norm(Value x) {
   Value ss = ReduceSum(Mul(x, x), {-1}, true);
   return Mul(x, Reciprocal(Sqrt(Add(ss, ScalarLike(x, 1e-6)))));
-}
-
-// [.., L, hk, d] -> [.., L, hk * r, d]: key head j serves value heads j*r .. j*r + r - 1.
-Value repeat_heads(Value x, int64_t r) {
-  if (r == 1) return x;
-  Graph& g = x.graph();
-  const int64_t hk = x.dim(2).size, d = x.dim(3).size;
-  Value u = Unsqueeze(x, {3});
-  TensorType t = u.type();
-  t.dims[3] = Dim(r);
-  u = Tile(u, Ints(g, {1, 1, 1, r, 1}), t);
-  return Reshape(u, {0, 0, hk * r, d});
 }
 
 // The blocks of A just below the diagonal blocks of size s, one per pair of neighbouring
@@ -304,10 +291,15 @@ GatedDeltaNet::GatedDeltaNet(const GatedDeltaNetOptions& o) : opt(o) {
   value_dim = opt.num_v_heads * opt.v_head_dim;
   conv_dim = 2 * key_dim + value_dim;
   const DType in_dtype = opt.float32_inputs ? DType::Float : DType::Undefined;
-  in_proj_qkv = &add<TypedLinear>("in_proj_qkv", opt.hidden, conv_dim, in_dtype);
-  in_proj_z = &add<TypedLinear>("in_proj_z", opt.hidden, value_dim, in_dtype);
-  in_proj_b = &add<TypedLinear>("in_proj_b", opt.hidden, opt.num_v_heads, in_dtype);
-  in_proj_a = &add<TypedLinear>("in_proj_a", opt.hidden, opt.num_v_heads, in_dtype);
+  if (opt.fused_projections) {
+    in_proj_qkvz = &add<TypedLinear>("in_proj_qkvz", opt.hidden, conv_dim + value_dim, in_dtype);
+    in_proj_ba = &add<TypedLinear>("in_proj_ba", opt.hidden, 2 * opt.num_v_heads, in_dtype);
+  } else {
+    in_proj_qkv = &add<TypedLinear>("in_proj_qkv", opt.hidden, conv_dim, in_dtype);
+    in_proj_z = &add<TypedLinear>("in_proj_z", opt.hidden, value_dim, in_dtype);
+    in_proj_b = &add<TypedLinear>("in_proj_b", opt.hidden, opt.num_v_heads, in_dtype);
+    in_proj_a = &add<TypedLinear>("in_proj_a", opt.hidden, opt.num_v_heads, in_dtype);
+  }
   conv1d = &add<CausalConv1d>("conv1d", conv_dim, opt.conv_kernel, in_dtype);
   declare("A_log", {opt.num_v_heads}, in_dtype);
   declare("dt_bias", {opt.num_v_heads}, in_dtype);
@@ -325,24 +317,6 @@ std::vector<CacheEntry> GatedDeltaNet::cache_entries(DType act) const {
 
 namespace {
 
-// [batch, seq, 1] in the activation dtype: 0 where a padded input is zeroed, else 1.
-// transformers (create_recurrent_attention_mask) zeroes padded positions on the step that starts
-// from an empty state (the prefill) and never once a state exists (one-token decode steps).
-// Multi-token steps on top of a state (a prompt fed in pieces) are zeroed here too, so that a
-// left-padded prompt gives the same state whether it arrives whole or in pieces of two tokens or
-// more; transformers' generate never takes such steps, so this does not part from it there.
-Value padding_keep(Graph& g, SharedInputs& shared) {
-  const std::string key = "gated_deltanet/keep";
-  if (auto it = shared.memo.find(key); it != shared.memo.end()) return it->second;
-  Value real = shared.query_is_real();  // [batch, seq]
-  ScopeGuard s(g, "mask");
-  Value seq = DimOf(shared.input_ids, 1);
-  Value past = Sub(DimOf(shared.attention_mask, 1), seq);
-  Value decode = And(Greater(past, Ints(g, {0})), Equal(seq, Ints(g, {1})));  // [1]
-  Value keep = Unsqueeze(Cast(Or(real, decode), shared.act), {-1});
-  shared.memo[key] = keep;
-  return keep;
-}
 
 }  // namespace
 
@@ -350,16 +324,32 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const Cach
                              CacheMap& present) const {
   const int64_t hk = opt.num_k_heads, hv = opt.num_v_heads, dk = opt.k_head_dim,
                 dv = opt.v_head_dim, kernel = opt.conv_kernel;
-  Value keep = padding_keep(g, shared);
+  Value keep = shared.recurrent_keep(shared.act);
   ScopeGuard scope(g, path());
   const DType out_dtype = x.dtype();
   x = Mul(x, keep);
   if (opt.float32_inputs) x = Cast(x, DType::Float);
-  const DType act = x.dtype();               // of the block up to out_proj
-  Value mixed = in_proj_qkv->forward(g, x);  // [b, seq, conv_dim]: all q heads | k heads | v heads
-  Value z = in_proj_z->forward(g, x);
-  Value b = in_proj_b->forward(g, x);
-  Value a = in_proj_a->forward(g, x);
+  const DType act = x.dtype();  // of the block up to out_proj
+  Value mixed, z, b, a;          // mixed [b, seq, conv_dim]: all q heads | k heads | v heads
+  if (opt.fused_projections) {
+    // Per key head j: [q_j | k_j | v, z of value heads j*r .. j*r + r - 1] and [b | a] of those
+    // (transformers' fix_query_key_value_ordering); regrouped into Qwen3.5's layout.
+    const int64_t r = hv / hk;
+    auto qkvz = Split(Reshape(in_proj_qkvz->forward(g, x), {0, 0, hk, 2 * dk + 2 * r * dv}),
+                      {dk, dk, r * dv, r * dv}, 3);
+    mixed = Concat({Reshape(qkvz[0], {0, 0, key_dim}), Reshape(qkvz[1], {0, 0, key_dim}),
+                    Reshape(qkvz[2], {0, 0, value_dim})},
+                   -1);
+    z = Reshape(qkvz[3], {0, 0, value_dim});
+    auto ba = Split(Reshape(in_proj_ba->forward(g, x), {0, 0, hk, 2 * r}), {r, r}, 3);
+    b = Reshape(ba[0], {0, 0, hv});
+    a = Reshape(ba[1], {0, 0, hv});
+  } else {
+    mixed = in_proj_qkv->forward(g, x);
+    z = in_proj_z->forward(g, x);
+    b = in_proj_b->forward(g, x);
+    a = in_proj_a->forward(g, x);
+  }
 
   // Causal depthwise conv over the cached last K inputs followed by this step's: the present
   // state keeps the last K (transformers' conv_states), the conv reads the last K-1 + seq.
@@ -381,8 +371,8 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const Cach
   Value v = Reshape(parts[2], {0, 0, hv, dv});
   q = Mul(l2norm(q), Scalar(g, DType::Float, 1.0 / std::sqrt(static_cast<double>(dk))));
   k = l2norm(k);
-  q = Transpose(repeat_heads(q, hv / hk), {0, 2, 1, 3});  // [b, hv, seq, dk]
-  k = Transpose(repeat_heads(k, hv / hk), {0, 2, 1, 3});
+  q = Transpose(detail::repeat_groups(q, hv / hk), {0, 2, 1, 3});  // [b, hv, seq, dk]
+  k = Transpose(detail::repeat_groups(k, hv / hk), {0, 2, 1, 3});
   v = Transpose(v, {0, 2, 1, 3});  // [b, hv, seq, dv]
 
   Value beta = Transpose(Sigmoid(Cast(b, DType::Float)), {0, 2, 1});  // [b, hv, seq]

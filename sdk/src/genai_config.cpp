@@ -11,6 +11,10 @@
 // - model.cpp CreateModel runs any type of ModelType::IsLLM (model_type.h) as DecoderOnly_Model,
 //   except "lfm2" and "gpt2" (runners of their own); "qwen3_5" is a VLM type there (it wants a
 //   vision model), so the text model of a composite checkpoint is "qwen3_5_text".
+// - lfm2.cpp / kv_cache.cpp LFM2Cache runs "lfm2": decoder.layer_types says per layer
+//   "full_attention" (a key/value pair, past_key_names) or anything else, a conv layer with one
+//   state named by decoder.inputs.past_conv_names / outputs.present_conv_names ("past_conv.%d"
+//   unless given), allocated rank 3 from the graph's shape; every layer is one or the other.
 // - generators.cpp rejects max_length > context_length, vocab_size < 1, an eos id outside
 //   [0, vocab_size), and, when sampling, top_k > vocab_size or top_p outside [0, 1].
 // - kv_cache.cpp finds the attention layers by matching the graph's input names against
@@ -57,7 +61,8 @@ const std::set<std::string>& genai_llm_types() {
 }
 
 // IsLLM types GenAI runs with a runner of its own whose cache layout a mobius graph does not
-// have: lfm2 (LFM2Cache: past_conv.%d and decoder.layer_types), gpt2 (Gpt_Model).
+// have: lfm2 (LFM2Cache: past_conv.%d and decoder.layer_types), gpt2 (Gpt_Model). A mobius lfm2
+// model does have LFM2's layout and is written for that runner (genai_model_type's table).
 bool own_runner(const std::string& t) { return t == "lfm2" || t == "gpt2"; }
 
 // What a mobius graph of these types keeps that GenAI's decoder has no cache for.
@@ -67,6 +72,19 @@ std::optional<std::string> unrunnable_reason(const std::string& hf_model_type) {
            "' cannot run in onnxruntime-genai: its Multi-head Latent Attention keeps a compressed "
            "latent cache (past_key_values.N.latent), and GenAI's decoder runs key/value caches "
            "and Gated DeltaNet states only (no GenAI model type has a latent cache)";
+  if (hf_model_type == "mamba2" || hf_model_type == "bamba" || hf_model_type == "falcon_h1" ||
+      hf_model_type == "nemotron_h")
+    return "model type '" + hf_model_type +
+           "' cannot run in onnxruntime-genai: its Mamba-2 layers keep a convolution state and an "
+           "SSM state (past_key_values.N.conv_state, past_key_values.N.ssm_state), and GenAI's "
+           "decoder runs key/value caches and Gated DeltaNet states only (no GenAI model type "
+           "has a Mamba-2 state)";
+  if (hf_model_type == "mamba" || hf_model_type == "jamba")
+    return "model type '" + hf_model_type +
+           "' cannot run in onnxruntime-genai: its Mamba layers keep a convolution state and a "
+           "selective-scan state (past_key_values.N.conv_state, past_key_values.N.ssm_state), and "
+           "GenAI's decoder runs key/value caches and Gated DeltaNet states only (no GenAI model "
+           "type has a Mamba state)";
   return std::nullopt;
 }
 
@@ -202,6 +220,8 @@ std::optional<std::string> genai_model_type(const std::string& hf_model_type,
       {"qwen3_5_moe", "qwen3_5_moe_text"}, {"qwen3_5_moe_text", "qwen3_5_moe_text"},
       {"gemma3", "gemma3_text"},  // Gemma3ForConditionalGeneration's text model
       {"gpt_oss", "gptoss"},      // GptOssForCausalLM -> "gptoss" (base.py: name before "For", lowercased)
+      // LFM2's conv layers keep one state each: GenAI's LFM2 runner (make_genai_config names it).
+      {"lfm2", "lfm2"},
       // No GenAI type and no builder support: plain key/value-cache decoders whose MoE lives in
       // the graph, run by GenAI's generic decoder type.
       {"mixtral", "decoder"}, {"qwen3_moe", "decoder"}, {"qwen2_moe", "decoder"},
@@ -250,15 +270,42 @@ json make_genai_config(const GenaiFacts& f) {
   check_template("the past cache name template", f.past_names);
   check_template("the present cache name template", f.present_names);
 
+  // GenAI's granitemoehybrid runs Granite 4.0's attention-only models: its model builder makes
+  // no Mamba-2 layer (builders/granite.py), and its decoder has no cache for one.
+  if (*type == "granitemoehybrid")
+    for (int64_t i = 0; i < f.num_hidden_layers; ++i)
+      for (const auto& k : f.cache_kinds[static_cast<size_t>(i)])
+        if (k == "conv_state")
+          fail_config("model type 'granitemoehybrid' with Mamba-2 layers cannot run in "
+                      "onnxruntime-genai: layer " +
+                      std::to_string(i) + " keeps a convolution state and an SSM state (" +
+                      compose(f.past_names, i) + "conv_state, " + compose(f.past_names, i) +
+                      "ssm_state); GenAI runs Granite 4.0's attention-only models under that type, "
+                      "and its decoder has no cache for a Mamba-2 state");
   // Every layer's cache must be one GenAI's decoder has: a key/value pair, a Gated DeltaNet
   // state pair, or nothing.
   const std::set<std::string> kv{"key", "value"}, state{"conv_state", "recurrent_state"};
+  // LFM2's runner: a key/value pair or a lone conv state (a short convolution's) on every layer.
+  const bool lfm2 = *type == "lfm2";
+  const std::set<std::string> short_conv{"conv_state"};
+  json lfm2_layer_types = json::array();
   bool any_kv = false, any_state = false;
   size_t longest_kind = 0;
   for (int64_t i = 0; i < f.num_hidden_layers; ++i) {
     const auto& kinds = f.cache_kinds[static_cast<size_t>(i)];
     std::set<std::string> s(kinds.begin(), kinds.end());
     for (const auto& k : s) longest_kind = std::max(longest_kind, k.size());
+    if (lfm2) {
+      if (s == kv || s == short_conv) {
+        lfm2_layer_types.push_back(s == kv ? "full_attention" : "conv");
+        any_kv |= s == kv;
+        continue;
+      }
+      fail_config("layer " + std::to_string(i) + "'s cache (" +
+                  (s.empty() ? std::string("none") : join_names(compose(f.past_names, i), kinds)) +
+                  ") does not fit onnxruntime-genai's LFM2 runner: every layer has a key/value pair "
+                  "(key, value) or one short-convolution state (conv_state)");
+    }
     if (s.empty()) continue;
     if (s == kv) {
       any_kv = true;
@@ -279,6 +326,9 @@ json make_genai_config(const GenaiFacts& f) {
   }
   if (any_kv && (f.head_size < 1 || f.num_key_value_heads < 1))
     fail_plugin("the attention layers' head_size and num_key_value_heads must be positive");
+  if (lfm2 && !f.state_dims_static)
+    fail_config("a conv_state input has a dynamic dim besides batch: onnxruntime-genai's LFM2 "
+                "runner allocates the states from the graph's shapes");
   if (any_state) {
     // recurrent_state.cpp: the state templates are past_key_names/present_key_names with what
     // follows their last '.' replaced, so the graph's names must be the key's with another kind.
@@ -358,6 +408,22 @@ json make_genai_config(const GenaiFacts& f) {
       {"num_hidden_layers", f.num_hidden_layers},
       {"inputs", inputs},
       {"outputs", outputs}};
+  if (lfm2) {
+    // As GenAI's builder writes it (builders/lfm2.py), with the graph's own state names.
+    // conv_cache_size is informational (the runner sizes the states from the graph):
+    // conv_L_cache, transformers' default 3 when the config has none.
+    json& d = model["decoder"];
+    d["layer_types"] = lfm2_layer_types;
+    int64_t conv = 3;
+    for (const json* src : {text_cfg, &f.config})
+      if (auto k = src ? int_number(*src, "conv_L_cache") : std::nullopt; k && *k > 0) {
+        conv = *k;
+        break;
+      }
+    d["conv_cache_size"] = conv;
+    d["inputs"]["past_conv_names"] = f.past_names + "conv_state";
+    d["outputs"]["present_conv_names"] = f.present_names + "conv_state";
+  }
 
   // search: greedy defaults (transformers' GenerationConfig defaults, top_k 50 included, which
   // is also GenAI's), overridden by generation_config.json's values where they are valid.

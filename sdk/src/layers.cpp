@@ -30,30 +30,67 @@ Value SharedInputs::positions() const {
   return position_ids;
 }
 
-Value SharedInputs::visible(int64_t window) {
-  std::string key = "visible/" + std::to_string(window);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+Value SharedInputs::query_slots() {
+  if (auto it = cache_.find("query_slots"); it != cache_.end()) return it->second;
   ScopeGuard s(g_, "mask");
-  Value total = DimOf(attention_mask, 1);  // [1]
-  Value seq = DimOf(input_ids, 1);         // [1]
-  Value past = Sub(total, seq);
-  Value t0 = Squeeze(total, {0});
+  Value total = Squeeze(DimOf(attention_mask, 1), {0});
+  Value past = Sub(total, Squeeze(DimOf(input_ids, 1), {0}));
+  Value v = Range(past, total, Int(g_, 1));  // [seq]
+  cache_["query_slots"] = v;
+  return v;
+}
+
+Value SharedInputs::left_padding() {
+  if (auto it = cache_.find("left_padding"); it != cache_.end()) return it->second;
+  ScopeGuard s(g_, "mask");
+  // transformers' (attention_mask.cumsum(-1) == 0).sum(-1).
+  Value before = Cast(Equal(CumSum(attention_mask, 1), Int(g_, 0)), DType::Int64);
+  Value v = ReduceSum(before, {1}, false);  // [batch]
+  cache_["left_padding"] = v;
+  return v;
+}
+
+Value SharedInputs::chunk_start(int64_t chunk, bool gqa) {
+  const std::string key = "chunk_start/" + std::to_string(chunk) + (gqa ? "/gqa" : "");
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  Value q = gqa ? Unsqueeze(gqa_query_slots(), {1, 3})    // [batch, 1, seq, 1]
+                : Unsqueeze(query_slots(), {0, 1, 3});    // [1, 1, seq, 1]
+  Value lead = Unsqueeze(left_padding(), {1, 2, 3});      // [batch, 1, 1, 1]
+  ScopeGuard s(g_, "mask");
+  // Key j shares query i's chunk iff floor((j - lead) / chunk) == floor((i - lead) / chunk); for
+  // j <= i that is j >= i - ((i - lead) mod chunk). Mod with fmod 0 takes the divisor's sign, so
+  // the left padding's own queries (i < lead) get floor's chunks too.
+  Value off = Sub(q, lead);
+  Value mod = g_.node("Mod", {off, Int(g_, chunk)}, {off.type()}, {Attr("fmod", int64_t{0})})[0];
+  Value v = Sub(q, mod);  // [batch, 1, seq, 1]
+  cache_[key] = v;
+  return v;
+}
+
+Value SharedInputs::visible(int64_t window, int64_t chunk) {
+  std::string key = "visible/" + std::to_string(window) + (chunk > 0 ? "/chunk" + std::to_string(chunk) : "");
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  Value qpos = query_slots();                        // query slots [seq]
+  Value start = chunk > 0 ? chunk_start(chunk, false) : Value();
+  ScopeGuard s(g_, "mask");
+  Value t0 = Squeeze(DimOf(attention_mask, 1), {0});
   Value kpos = Range(Int(g_, 0), t0, Int(g_, 1));                    // key slots [total]
-  Value qpos = Range(Squeeze(past, {0}), t0, Int(g_, 1));            // query slots [seq]
   Value k2 = Unsqueeze(kpos, {0});                                   // [1, total]
   Value q2 = Unsqueeze(qpos, {1});                                   // [seq, 1]
   Value allowed = LessOrEqual(k2, q2);                               // causal
   if (window > 0) allowed = And(allowed, Greater(k2, Sub(q2, Int(g_, window))));
   Value real_keys = Unsqueeze(Cast(attention_mask, DType::Bool), {1, 2});  // [batch, 1, 1, total]
   Value v = And(Unsqueeze(allowed, {0, 1}), real_keys);              // [batch, 1, seq, total]
+  if (chunk > 0) v = And(v, GreaterOrEqual(Unsqueeze(k2, {0, 1}), start));  // in the query's chunk
   cache_[key] = v;
   return v;
 }
 
-Value SharedInputs::attention_bias(int64_t window, int64_t rep) {
-  std::string key = "bias/" + std::to_string(window) + "/" + std::to_string(rep);
+Value SharedInputs::attention_bias(int64_t window, int64_t rep, int64_t chunk) {
+  std::string key = "bias/" + std::to_string(window) + "/" + std::to_string(rep) +
+                    (chunk > 0 ? "/chunk" + std::to_string(chunk) : "");
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  Value vis = visible(window);
+  Value vis = visible(window, chunk);
   ScopeGuard s(g_, "mask");
   // transformers adds finfo(float32).min at hidden slots (not -inf), so fully padded query rows
   // stay finite.
@@ -74,6 +111,36 @@ Value SharedInputs::query_is_real() {
   Value seq = DimOf(input_ids, 1);
   Value m = Slice(attention_mask, Neg(seq), Ints(g_, {INT64_MAX}), {1});  // last seq columns
   Value v = Cast(m, DType::Bool);
+  cache_[key] = v;
+  return v;
+}
+
+Value SharedInputs::one_token_on_cache() {
+  const std::string key = "one_token_on_cache";
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  ScopeGuard s(g_, "mask");
+  Value seq = DimOf(input_ids, 1);
+  Value past = Sub(DimOf(attention_mask, 1), seq);
+  Value has_past = Greater(past, Ints(g_, {0}));
+  Value one = Equal(seq, Ints(g_, {1}));
+  Value v = And(has_past, one);  // [1]
+  cache_[key] = v;
+  return v;
+}
+
+Value SharedInputs::recurrent_keep(DType dt, bool one_token_kept) {
+  const std::string key = std::string("recurrent_keep/") + to_string(dt) + (one_token_kept ? "/one" : "");
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  Value real = query_is_real();  // [batch, seq]
+  Value kept;
+  if (one_token_kept) {
+    ScopeGuard s(g_, "mask");
+    kept = Equal(DimOf(input_ids, 1), Ints(g_, {1}));  // [1]
+  } else {
+    kept = one_token_on_cache();
+  }
+  ScopeGuard s(g_, "mask");
+  Value v = Unsqueeze(Cast(Or(real, kept), dt), {-1});
   cache_[key] = v;
   return v;
 }
@@ -106,18 +173,44 @@ std::pair<Value, Value> SharedInputs::gqa_lengths() {
   return {seqlens, total32};
 }
 
-Value SharedInputs::gqa_bias() {
-  if (auto it = cache_.find("gqa/bias"); it != cache_.end()) return it->second;
+Value SharedInputs::gqa_query_slots() {
+  if (auto it = cache_.find("gqa/query_slots"); it != cache_.end()) return it->second;
+  Value seqlens = gqa_lengths().first;
+  ScopeGuard s(g_, "gqa_query_slots");
+  Value seq = Squeeze(DimOf(input_ids, 1), {0});
+  Value total = Squeeze(DimOf(attention_mask, 1), {0});
+  Value i = Unsqueeze(Range(Int(g_, 0), seq, Int(g_, 1)), {0});  // [1, seq]
+  // The operator's past length of a row: 0 on a first prompt, else seqlens_k + 1 - seq.
+  Value past = Add(Cast(seqlens, DType::Int64), Sub(Int(g_, 1), seq));  // [batch]
+  past = Where(Equal(seq, total), Int(g_, 0), past);
+  Value v = Add(Unsqueeze(past, {1}), i);  // [batch, seq]
+  cache_["gqa/query_slots"] = v;
+  return v;
+}
+
+Value SharedInputs::gqa_bias(int64_t chunk) {
+  const std::string key = "gqa/bias" + (chunk > 0 ? "/chunk" + std::to_string(chunk) : std::string());
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  Value start = chunk > 0 ? chunk_start(chunk, true) : Value();
   ScopeGuard s(g_, "mask");
   const double lowest = act == DType::Float16 ? -65504.0 : -FLT_MAX;
   // Slots from the row's first real token on are visible: the operator stops at seqlens_k,
   // and past a right-padded prompt's last real token it writes the tokens that follow.
-  Value started = Greater(CumSum(attention_mask, 1), Int(g_, 0));  // [batch, total]
-  Value row = Where(Unsqueeze(started, {1, 2}), Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
-  // The operator reads one row per query: [batch, 1, seq, total].
-  Value shape = Concat({DimOf(attention_mask, 0), Ints(g_, {1}), DimOf(input_ids, 1), DimOf(attention_mask, 1)}, 0);
-  Value bias = Expand(row, shape, TensorType(act, {Dim("batch_size"), Dim(1), Dim("sequence_length"), Dim("total_sequence_length")}));
-  cache_["gqa/bias"] = bias;
+  Value started = Unsqueeze(Greater(CumSum(attention_mask, 1), Int(g_, 0)), {1, 2});  // [batch, 1, 1, total]
+  const TensorType full(act, {Dim("batch_size"), Dim(1), Dim("sequence_length"), Dim("total_sequence_length")});
+  Value bias;
+  if (chunk > 0) {
+    Value t0 = Squeeze(DimOf(attention_mask, 1), {0});
+    Value kpos = Unsqueeze(Range(Int(g_, 0), t0, Int(g_, 1)), {0, 1, 2});  // [1, 1, 1, total]
+    Value vis = And(started, GreaterOrEqual(kpos, start));                 // [batch, 1, seq, total]
+    bias = Where(vis, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+  } else {
+    Value row = Where(started, Scalar(g_, act, 0.0), Scalar(g_, act, lowest));
+    // The operator reads one row per query: [batch, 1, seq, total].
+    Value shape = Concat({DimOf(attention_mask, 0), Ints(g_, {1}), DimOf(input_ids, 1), DimOf(attention_mask, 1)}, 0);
+    bias = Expand(row, shape, full);
+  }
+  cache_[key] = bias;
   return bias;
 }
 

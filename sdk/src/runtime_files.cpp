@@ -146,6 +146,47 @@ bool transformers_js_causal_lm(const std::string& t) {
   return k.count(t) > 0;
 }
 
+// transformers.js 4.3 (configs.js getCacheNames) reads the layers of granitemoehybrid and
+// nemotron_h from layer_types (else layers_block_type) spelled "mamba" and "attention", and gives
+// every layer both a Mamba state and a key/value cache when neither key is there; transformers 5
+// writes "linear_attention" and "full_attention", and Nemotron-H checkpoints often give only
+// hybrid_override_pattern ("M" Mamba-2, "*" attention, "-" MLP, "E" MoE). The config's layer
+// kinds in transformers.js's spelling; nullopt when the config names none it can read (the
+// plugin refused such a config already).
+std::optional<nlohmann::ordered_json> transformers_js_layer_types(const nlohmann::ordered_json& cfg,
+                                                                  const std::string& model_type) {
+  auto spelled = [](const std::string& t) -> std::string {
+    if (t == "linear_attention" || t == "mamba" || t == "M") return "mamba";
+    if (t == "full_attention" || t == "attention" || t == "*") return "attention";
+    if (t == "-") return "mlp";
+    if (t == "E") return "moe";
+    return t;  // mlp, moe
+  };
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const char* key : {"layer_types", "layers_block_type"}) {
+    auto it = cfg.find(key);
+    if (it == cfg.end() || !it->is_array()) continue;
+    for (const auto& t : *it) {
+      if (!t.is_string()) return std::nullopt;
+      out.push_back(spelled(t.get<std::string>()));
+    }
+    return out;
+  }
+  auto pattern = cfg.find("hybrid_override_pattern");
+  if (model_type == "nemotron_h" && pattern != cfg.end() && pattern->is_string()) {
+    for (char ch : pattern->get<std::string>()) out.push_back(spelled(std::string(1, ch)));
+    return out;
+  }
+  // GraniteMoeHybridConfig: every layer Mamba-2 when the config names none.
+  auto layers = cfg.find("num_hidden_layers");
+  if (model_type == "granitemoehybrid" && layers != cfg.end() && layers->is_number_integer() &&
+      layers->get<int64_t>() > 0 && layers->get<int64_t>() <= 4096) {
+    for (int64_t i = 0; i < layers->get<int64_t>(); ++i) out.push_back("mamba");
+    return out;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // config.json as transformers.js 4.3 loads a Qwen3.5 text model from one onnx/model.onnx, or
@@ -162,12 +203,21 @@ bool transformers_js_causal_lm(const std::string& t) {
 // - a type transformers.js 4.x has no class for, whose graphs and config keys another type's
 //   class runs (models/registry.js, configs.js getNormalizedConfig), is loaded as that type:
 //   UMT5 as MT5, Pegasus as BART.
+// - granitemoehybrid and nemotron_h name their layers as transformers.js reads them
+//   (transformers_js_layer_types).
 std::optional<std::string> transformers_js_config(BuildContext& ctx, const std::string& model_type) {
   static const std::map<std::string, std::string> runs_as = {{"umt5", "mt5"}, {"pegasus", "bart"}};
   std::optional<std::string> text = ctx.source_config();
   if (!text) return std::nullopt;
   nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(*text, nullptr, false);
   if (!cfg.is_object()) return std::nullopt;
+  if (model_type == "granitemoehybrid" || model_type == "nemotron_h") {
+    auto layer_types = transformers_js_layer_types(cfg, model_type);
+    if (!layer_types) return std::nullopt;
+    cfg.erase("layers_block_type");
+    cfg["layer_types"] = *layer_types;
+    return cfg.dump(2) + "\n";
+  }
   if (model_type != "qwen3_5" && model_type != "qwen3_5_text") {
     const auto as = runs_as.find(model_type);
     const std::string type = as == runs_as.end() ? model_type : as->second;

@@ -44,6 +44,11 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # DeepSeek's latent cache has no GenAI runner: its default build is laid out for ONNX Runtime,
 # with a warning saying why, and writes no genai_config.json (checked below).
 no_genai_re='^deepseek-'
+# Nor have the Mamba-2 states (conv_state, ssm_state) of mamba2, bamba, falcon_h1, nemotron_h and
+# granitemoehybrid's hybrid layers (GenAI's granitemoehybrid runs the attention-only ones).
+no_genai_re+='|^mamba2-|^bamba-|^falcon-h1-|^nemotron-h-|^granitemoehybrid-tiny$'
+# Nor have the Mamba-1 states (conv_state, ssm_state) of mamba and jamba.
+no_genai_re+='|^mamba-|^jamba-'
 values=$root/tests/runtime/genai_values.mjs
 
 # The GenAI model type each case must get (genai_config.cpp, genai_model_type).
@@ -63,9 +68,13 @@ expected_type() {
     mixtral-tiny | qwen3-moe-tiny) echo decoder ;;
     gpt-oss-tiny) echo gptoss ;;
     qwen3-fp8) echo qwen3 ;;
+    granitemoehybrid-dense-rope) echo granitemoehybrid ;;
     qwen2-moe-tiny | olmoe-tiny | granitemoe-tiny | ernie4_5-moe-tiny | glm4-moe-tiny) echo decoder ;;
     hunyuan-moe-tiny | dbrx-tiny) echo decoder ;;
     phimoe-tiny) echo phimoe ;;
+    lfm2-tiny) echo lfm2 ;;
+    qwen3-next-tiny) echo decoder ;;
+    llama4-text-tiny) echo decoder ;;
     *) echo "" ;;
   esac
 }
@@ -140,6 +149,10 @@ for dir in "$golden"/*/; do
   check "$name" "pad_token_id is one number, or absent with eos" \
     "Number.isInteger(c.model.pad_token_id) || (c.model.pad_token_id === undefined && c.model.eos_token_id === undefined)"
 done
+
+# LFM2's own runner: the layer types, and the graph's conv state names.
+check lfm2-tiny "decoder.layer_types and conv state names for GenAI's LFM2 runner" \
+  "c.model.decoder.layer_types.join() === 'conv,full_attention,conv' && c.model.decoder.inputs.past_conv_names === 'past_key_values.%d.conv_state' && c.model.decoder.outputs.present_conv_names === 'present.%d.conv_state'"
 
 # --- llama-tiny variants ----------------------------------------------------------------------------
 # variant NAME NODE_JS: a copy of llama-tiny whose files NODE_JS edits (cwd = the copy; `cfg` is

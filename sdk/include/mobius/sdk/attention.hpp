@@ -35,11 +35,13 @@ class TokenMixer : public Module {
 
 // The attention core's settings: scores = scale * q.k^T, computed then in float32,
 // soft-capped (cap * tanh(scores / cap)) when softcap > 0, plus the mask bias (causal, padding,
-// and the sliding window when window > 0), softmax, cast back to q's dtype.
+// the sliding window when window > 0, the query's chunk when chunk > 0: SharedInputs::visible),
+// softmax, cast back to q's dtype.
 struct AttentionCore {
   double scale = 1.0;
   double softcap = 0.0;
   int64_t window = 0;
+  int64_t chunk = 0;  // chunked attention (Llama 4's attention_chunk_size); 0: none
   // ALiBi: slope_h * SharedInputs::key_positions() * alibi_scale added to head h's scores (before
   // the mask); empty: none.
   std::vector<double> alibi;
@@ -86,13 +88,26 @@ struct AttentionNames {
   bool falcon_alibi = false;  // ALiBi as Falcon computes it: in bfloat16, divided by sqrt(head_dim)
 };
 
+// Attention temperature tuning (Llama 4's NoPE layers, transformers' attn_temperature_tuning):
+// each query is multiplied by 1 + scale * log(1 + floor((slot + 1) / floor_scale)) in float32,
+// `slot` its cache slot (SharedInputs::query_slots: the past length plus its index, not its
+// position id; with GroupQueryAttention the operator's slot, gqa_query_slots), after the rope
+// and the q/k norms. Off while floor_scale is 0.
+struct QueryTemperature {
+  double floor_scale = 0.0;
+  double scale = 0.0;
+  bool enabled() const { return floor_scale > 0; }
+};
+
 // Multi-head / grouped-query attention with a dynamic key/value cache (transformers' eager
 // semantics): optional q/k norms (cfg.qk_norm: "head", one norm over each head; "full", over the
 // whole projection; "head_each", a LayerNorm per head with a weight [heads, head_dim] of its own
-// (Cohere's, and StableLM's norms.<h> stacked)), q, k and v clamped at cfg.clip_qkv, the layer's
-// rope (cfg.sliding_rope on sliding layers when the config has one, partial rotary; none on
-// cfg.no_rope_layers) or ALiBi (cfg.position_embedding), soft-capping, the layer's sliding
-// window. With output_gate, q_proj yields per head
+// (Cohere's, and StableLM's norms.<h> stacked); "head_weightless", an RMS norm over each head
+// without a weight (WeightlessRMSNorm, Llama 4's L2 norm)), q, k and v clamped at
+// cfg.clip_qkv, the layer's rope (cfg.sliding_rope on sliding layers when the config has one,
+// partial rotary; none on cfg.no_rope_layers) or ALiBi (cfg.position_embedding), soft-capping,
+// the layer's sliding window or chunk (core), the query temperature (`temperature`). With
+// output_gate, q_proj yields per head
 // [query | gate] and sigmoid(gate) multiplies the output before o_proj (Qwen3-Next / Qwen3.5).
 // The cache is "key" and "value" [batch, kv_heads, past, head_dim]. With ONNX Runtime's
 // operators (--ops ort) the layer is one GroupQueryAttention, fed the packed q/k/v projection
@@ -102,6 +117,9 @@ struct AttentionNames {
 // position_ids input. RotaryEmbedding nodes at position_ids rotate q and k before it instead
 // with --position-ids input (a caller's positions honoured), for a longrope (whose table depends
 // on the whole run) and for head sizes that are not multiples of 16 (rotary_outside).
+// Chunked attention (core.chunk) stays on the operator: its attention_bias hides the keys before
+// the query's chunk (SharedInputs::gqa_bias), as local_window_size cannot; the query temperature
+// (`temperature`) scales q before the operator, which then gets q unpacked.
 class Attention : public TokenMixer {
  public:
   Attention(const ArchitectureConfig& cfg, int64_t layer, const NormFactory& norm,
@@ -113,8 +131,9 @@ class Attention : public TokenMixer {
 
   int64_t heads, kv_heads, head_dim, hidden;
   AttentionCore core;
+  QueryTemperature temperature;  // set by a family after construction; off by default
   bool output_gate = false;
-  std::string qk_norm;  // none | head | full | head_each
+  std::string qk_norm;  // none | head | full | head_each | head_weightless
   bool rotates = true;  // the layer applies its rope (not for ALiBi, none, cfg.no_rope_layers)
   bool alibi = false;
   std::string alibi_slopes = "bloom";
@@ -150,6 +169,12 @@ class Attention : public TokenMixer {
   // rather than inside GroupQueryAttention: the graph takes position_ids (--position-ids input),
   // a longrope, or sizes the operator's rotary does not take.
   bool rotary_outside(const BuildContext& ctx) const;
+  // Whether q/k norms apply per head (qk_norm head, head_each or head_weightless).
+  bool head_norms() const;
+  // q times the query temperature of each query's slot, q itself when it is off: q [batch,
+  // heads, seq, head_dim] at SharedInputs::query_slots(), or with `gqa` q [batch, seq, heads *
+  // head_dim] at the slots GroupQueryAttention puts it (SharedInputs::gqa_query_slots).
+  Value apply_temperature(Graph& g, SharedInputs& shared, Value q, bool gqa) const;
   // The layer as GroupQueryAttention: q [batch, seq, heads * head_dim] (or split per head by the
   // output gate), k and v [batch, seq, kv_heads * head_dim], after a "full" q/k norm; or q the
   // packed projection [batch, seq, (heads + 2 kv_heads) * head_dim] with k and v invalid.
@@ -169,6 +194,15 @@ class PerHeadLayerNorm : public Norm {
   int64_t heads, head_dim;
   double eps;
   bool stacked;
+};
+
+// An RMS norm without a weight over the last axis: x * rsqrt(mean(x^2) + eps), computed in
+// float32 and cast back to x's dtype (Llama 4's q/k norm, Llama4TextWeightlessRMSNorm).
+class WeightlessRMSNorm : public Norm {
+ public:
+  explicit WeightlessRMSNorm(double eps) : eps(eps) {}
+  Value forward(Graph& g, Value x) const override;
+  double eps;
 };
 
 // ALiBi's slope of each of `heads` heads: BLOOM's (and Falcon's) build_alibi_tensor, or MPT's

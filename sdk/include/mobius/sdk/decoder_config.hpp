@@ -70,4 +70,16 @@ void check_layer_types(const ConfigReader& r, const ArchitectureConfig& c,
 // check_layer_types of an attention-only decoder: full_attention and sliding_attention.
 void check_attention_layer_types(const ConfigReader& r, const ArchitectureConfig& c);
 
+// The keys families of one lineage share, for the packs that hold its dense and its MoE models:
+// Mistral's and Qwen's sliding window where the config turns it on (use_sliding_window; the
+// layers from max_window_layers on) as layer types, checked.
+void read_qwen_window(const ConfigReader& r, ArchitectureConfig& c);
+// Granite's multipliers: embedding_multiplier, attention_multiplier, residual_multiplier and
+// logits_scaling (not 0).
+void read_granite_multipliers(const ConfigReader& r, ArchitectureConfig& c);
+// HunYuan's attention: head_dim required (transformers does not derive it), per-head q/k norms,
+// a dynamic rope with an alpha read as the fixed change of base it is (NTK alpha); layer types
+// checked.
+void read_hunyuan_attention(const ConfigReader& r, ArchitectureConfig& c);
+
 }  // namespace mobius

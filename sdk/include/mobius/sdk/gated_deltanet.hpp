@@ -31,6 +31,12 @@ struct GatedDeltaNetOptions : GatedDeltaNetConfig {
   // For float32 checkpoints built to float16: the rounding of these weights is what this block
   // amplifies most (see the qwen35 plugin).
   bool float32_inputs = false;
+  // Qwen3-Next's checkpoint layout of the input projections: in_proj_qkvz [2 key_dim + 2
+  // value_dim, hidden] and in_proj_ba [2 hv, hidden], their rows grouped per key head (key head
+  // j: its q, its k, then the v and the z of its hv/hk value heads; its b, then its a), instead
+  // of Qwen3.5's in_proj_qkv (all q | all k | all v), in_proj_z, in_proj_b and in_proj_a. The
+  // block computes the same either way.
+  bool fused_projections = false;
 
   // cfg.linear_attn (none: Qwen3.5's defaults) with hidden_size, rms_norm_eps and hidden_act
   // from cfg.
@@ -70,10 +76,12 @@ class GatedDeltaNet : public TokenMixer {
 
   GatedDeltaNetOptions opt;
   int64_t key_dim, value_dim, conv_dim;
-  const Linear* in_proj_qkv;
-  const Linear* in_proj_z;
-  const Linear* in_proj_b;
-  const Linear* in_proj_a;
+  const Linear* in_proj_qkv = nullptr;  // these four without fused_projections
+  const Linear* in_proj_z = nullptr;
+  const Linear* in_proj_b = nullptr;
+  const Linear* in_proj_a = nullptr;
+  const Linear* in_proj_qkvz = nullptr;  // these two with fused_projections
+  const Linear* in_proj_ba = nullptr;
   const CausalConv1d* conv1d;
   const GatedRMSNorm* norm;
   const Linear* out_proj;

@@ -45,11 +45,22 @@ class SharedInputs {
   // position_ids [batch, seq]; an error naming the graph's missing input when it has none.
   Value positions() const;
   // Additive float32 mask [batch, 1, rep*seq, total]: 0 where key slot j is visible to query
-  // slot i (causal, not padding, and within `window` when window > 0), finfo(float32).min
-  // elsewhere. Rows repeat `rep` times so grouped queries of one kv head share one matmul.
-  Value attention_bias(int64_t window, int64_t rep);
-  // Boolean [batch, 1, seq, total]: true where key slot j is visible to query slot i.
-  Value visible(int64_t window);
+  // slot i (causal, not padding, within `window` when window > 0, and in the query's chunk when
+  // chunk > 0), finfo(float32).min elsewhere. Rows repeat `rep` times so grouped queries of one
+  // kv head share one matmul.
+  Value attention_bias(int64_t window, int64_t rep, int64_t chunk = 0);
+  // Boolean [batch, 1, seq, total]: true where key slot j is visible to query slot i. Chunked
+  // attention (chunk > 0, Llama 4's attention_chunk_size) cuts the row into chunks of `chunk`
+  // slots counted from its first real token, and a query sees only keys of its own chunk:
+  // (j - lead) // chunk == (i - lead) // chunk, `lead` the row's left padding (transformers'
+  // chunked_overlay).
+  Value visible(int64_t window, int64_t chunk = 0);
+  // Int64 [seq]: each query's cache slot, the past length (the attention mask's width minus the
+  // sequence length) plus its index.
+  Value query_slots();
+  // Int64 [batch]: each row's left padding, the zeros of its attention mask before its first 1
+  // (all of them for a row without a real token).
+  Value left_padding();
   // The rotary tables of `rope` over `rotary_dim` dims, as cos and sin [batch, 1, seq, width],
   // attention scaling applied, built once per graph, rope and layout (the one rope-table builder
   // of the SDK). full_width: the angles repeated for rotate_half's two halves (one per pair when
@@ -60,6 +71,17 @@ class SharedInputs {
   std::pair<Value, Value> rope(const RopeConfig& rope, int64_t head_dim);
   // Boolean [batch, seq]: true at real (non-padding) query positions.
   Value query_is_real();
+  // Boolean [1]: this step is one token on top of a cache (a decode step).
+  Value one_token_on_cache();
+  // [batch, seq, 1] in `dt`: 0 at the padded positions a recurrent mixer (a convolution, a
+  // state-space or linear-attention scan) zeroes, else 1. transformers
+  // (create_recurrent_attention_mask, apply_mask_to_padding_states) zeroes the padded positions
+  // of a multi-token step and never those of a one-token step on top of a state (a generated
+  // token is never padding); a multi-token step on top of a state (a prompt fed in pieces) is
+  // zeroed as well, so a left-padded prompt gives the same state whole or in pieces.
+  // `one_token_kept`: a one-token step is never zeroed, with or without a state (LFM2's and
+  // Mamba-2's masks are None for one token).
+  Value recurrent_keep(DType dt, bool one_token_kept = false);
   // Float32 [batch, 1, 1, total]: each key slot's position counted by the attention mask,
   // (cumsum(mask) - 1) * mask (ALiBi's positions, BLOOM's build_alibi_tensor).
   Value key_positions();
@@ -72,10 +94,18 @@ class SharedInputs {
   // the operator's rotary, which turns a token at its slot, keeps every distance between two
   // tokens of a row (see Attention).
   std::pair<Value, Value> gqa_lengths();
+  // Int64 [batch, seq]: the cache slot at which GroupQueryAttention puts each query: i on a
+  // first prompt (no past), else seqlens_k + 1 - seq + i. That is query_slots() for a left-padded
+  // or unpadded row; a right-padded row's tokens (GenAI's batches) sit at the slots of its real
+  // tokens, as if it had no padding.
+  Value gqa_query_slots();
   // GroupQueryAttention's attention_bias [batch, 1, seq, total] in the activation dtype: 0 from
   // a row's first real token on, the dtype's lowest value on its leading padding. Causality,
   // the end of a right-padded row (seqlens_k) and the sliding window are the operator's own.
-  Value gqa_bias();
+  // With chunk > 0 the keys before the query's chunk (visible's chunks, counted at the
+  // operator's slots, gqa_query_slots) are hidden as well: the operator has no chunked
+  // attention of its own.
+  Value gqa_bias(int64_t chunk = 0);
   // Rotary caches for RotaryEmbedding / GroupQueryAttention: cos and sin [max_positions,
   // rotary_dim / 2] in the activation dtype, attention scaling applied, as initializers computed
   // while the weights are written (float32 angles, as transformers computes them). A longrope
@@ -96,6 +126,9 @@ class SharedInputs {
   std::map<std::string, Value> memo;
 
  private:
+  // Int64 [batch, 1, seq, 1]: the first key slot of each query's chunk (visible's chunks), the
+  // queries at query_slots(), or at gqa_query_slots() with `gqa`.
+  Value chunk_start(int64_t chunk, bool gqa);
   Graph& g_;
   std::map<std::string, Value> cache_;
   int rope_cache_count_ = 0;
