@@ -21,19 +21,6 @@ using nlohmann::json;
 const mobius::DecoderDefaults kDefaults{128000, 4096, 14336, 32, 32, 8, 0, 262144, 1e-5,
                                         10000.0, 0, false, "silu", "hidden_act", 0.5};
 
-nn::Mamba2Config mixer_defaults() {
-  nn::Mamba2Config d;
-  d.num_heads = 128;
-  d.head_dim = 0;  // "auto": the width / mamba_n_heads
-  d.state_size = 256;
-  d.n_groups = 1;
-  d.conv_kernel = 4;
-  d.chunk_size = 256;
-  d.conv_bias = true;
-  d.in_proj_bias = d.out_proj_bias = false;
-  return d;
-}
-
 json parse(const json& raw) {
   ConfigReader r(raw, "config.json");
   ArchitectureConfig c = mobius::read_decoder_config(r, "bamba", kDefaults);
@@ -54,7 +41,7 @@ json parse(const json& raw) {
     return v.is_object() && v.contains("partial_rotary_factor") && !v.at("partial_rotary_factor").is_null();
   };
   if (!own("rope_parameters") && !own("rope_scaling")) c.rope.partial_rotary_factor = 0.5;
-  nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_prefixed_keys(), mixer_defaults());
+  nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_prefixed_keys(), mamba_prefixed_defaults());
   c.validate();
   json j = c;
   j["mamba2"] = m;

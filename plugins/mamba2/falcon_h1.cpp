@@ -30,16 +30,8 @@ using namespace mobius::op;
 const mobius::DecoderDefaults kDefaults{128000, 4096, 14336, 32, 32, 8, 0, 8192, 1e-5, 10000.0};
 
 nn::Mamba2Config mixer_defaults() {
-  nn::Mamba2Config d;
-  d.num_heads = 128;
-  d.head_dim = 0;  // "auto": the width / mamba_n_heads
+  nn::Mamba2Config d = mamba_prefixed_defaults();
   d.intermediate = 1024;  // mamba_d_ssm; null: mamba_expand * hidden_size
-  d.state_size = 256;
-  d.n_groups = 1;
-  d.conv_kernel = 4;
-  d.chunk_size = 256;
-  d.conv_bias = true;
-  d.in_proj_bias = d.out_proj_bias = false;
   return d;
 }
 

@@ -29,19 +29,6 @@ using nlohmann::json;
 // may omit.
 const mobius::DecoderDefaults kDefaults{32000, 4096, 11008, 32, 32, 0, 0, 2048, 1e-6, 10000.0};
 
-nn::Mamba2Config mixer_defaults() {
-  nn::Mamba2Config d;
-  d.num_heads = 128;
-  d.head_dim = 0;  // "auto": the width / mamba_n_heads
-  d.state_size = 256;
-  d.n_groups = 1;
-  d.conv_kernel = 4;
-  d.chunk_size = 256;
-  d.conv_bias = true;
-  d.in_proj_bias = d.out_proj_bias = false;
-  return d;
-}
-
 json parse(const json& raw) {
   ConfigReader r(raw, "config.json");
   ArchitectureConfig c = mobius::read_decoder_config(r, "granitemoehybrid", kDefaults);
@@ -74,7 +61,7 @@ json parse(const json& raw) {
   c.moe = mobius::MoEConfig::read(r, row);
   const int64_t shared = r.get_int("shared_intermediate_size", 1024);
   if (shared <= 0) r.fail("shared_intermediate_size", "must be positive");
-  nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_prefixed_keys(), mixer_defaults());
+  nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_prefixed_keys(), mamba_prefixed_defaults());
   c.validate();
   json j = c;
   j["mamba2"] = m;

@@ -68,6 +68,19 @@ nn::Mamba2Keys mamba_prefixed_keys() {
   return k;
 }
 
+nn::Mamba2Config mamba_prefixed_defaults() {
+  nn::Mamba2Config d;
+  d.num_heads = 128;
+  d.head_dim = 0;  // "auto": the width / mamba_n_heads
+  d.state_size = 256;
+  d.n_groups = 1;
+  d.conv_kernel = 4;
+  d.chunk_size = 256;
+  d.conv_bias = true;
+  d.in_proj_bias = d.out_proj_bias = false;
+  return d;
+}
+
 namespace {
 
 void register_all(mobius::PluginRegistrar& r) {

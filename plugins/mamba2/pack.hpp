@@ -25,6 +25,9 @@ void register_nemotron_h(mobius::PluginRegistrar& r);
 // mamba_chunk_size, mamba_conv_bias, mamba_proj_bias (in_proj and out_proj), rms_norm_eps,
 // time_step_limit.
 nn::Mamba2Keys mamba_prefixed_keys();
+// Those configs' mixer defaults: 128 heads of the width / mamba_n_heads, state 256, one group, a
+// conv of 4 with a bias, chunks of 256, no projection biases.
+nn::Mamba2Config mamba_prefixed_defaults();
 
 // h + part(norm(h)): a pre-norm residual block around one token mixer or one feed-forward, with
 // no second sub-block (Mamba2Block, NemotronHBlock). The previous layer's pending branch is
