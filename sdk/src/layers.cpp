@@ -265,6 +265,32 @@ std::pair<Value, Value> SharedInputs::rope_caches(const RopeConfig& rope, int64_
   }
   const int64_t rows = short_rows + (inv_long.empty() ? 0 : max_positions);
   BuildContext& ctx = g_.context();
+  const int64_t width_bytes = act == DType::Float ? 4 : 2;
+  const int64_t bytes = rows * static_cast<int64_t>(inv.size()) * 2 * width_bytes;
+  if (inv_long.empty() && bytes > kMaxStoredRopeBytes) {
+    // The rows this run reads: every cache slot (the attention mask's width) and every position
+    // id, which a caller's own positions may put past it.
+    ScopeGuard s(g_, "rope");
+    Value rows_needed = DimOf(attention_mask, 1);  // [1]
+    if (position_ids.valid()) {
+      Value top = Add(ReduceMax(Reshape(position_ids, {-1}), {0}, true), Ints(g_, {1}));
+      rows_needed = Max(rows_needed, top);
+    }
+    Value pos = Cast(Range(Int(g_, 0), Squeeze(rows_needed, {0}), Int(g_, 1)), DType::Float);
+    std::vector<double> inv_d(inv.begin(), inv.end());
+    Value freqs = Constant(g_, DType::Float, {1, static_cast<int64_t>(inv.size())}, inv_d, "inv_freq");
+    Value angle = Mul(Unsqueeze(pos, {1}), freqs);  // [rows, rotary_dim / 2], float32 products
+    Value cos = Cos(angle);
+    Value sin = Sin(angle);
+    if (scaling != 1.0) {
+      cos = Mul(cos, Scalar(g_, DType::Float, scaling));
+      sin = Mul(sin, Scalar(g_, DType::Float, scaling));
+    }
+    std::pair<Value, Value> out{Cast(cos, act), Cast(sin, act)};
+    cache_[key + "/cos"] = out.first;
+    cache_[key + "/sin"] = out.second;
+    return out;
+  }
   // One pair of caches per distinct rope: named by their order of creation.
   const std::string base = "rope" + (rope_cache_count_ ? std::to_string(rope_cache_count_) : std::string());
   ++rope_cache_count_;

@@ -247,14 +247,18 @@ void add_text_generation_files(BuildContext& ctx, const std::string& model_type,
         // Nobody asked for GenAI: the folder is for ONNX Runtime alone, and the user learns why.
         std::string why = e.what();
         if (why.rfind("[config] ", 0) == 0) why = why.substr(9);
-        ctx.log(MOBIUS_LOG_WARNING, why + "; the folder is laid out for ONNX Runtime alone "
-                                          "(--runtime transformers.js is another choice)");
+        // transformers.js is named as another choice only for a type it runs.
+        const bool tjs = transformers_js_causal_lm(model_type);
+        ctx.log(MOBIUS_LOG_WARNING, why + "; the folder is laid out for ONNX Runtime alone" +
+                                        (tjs ? " (--runtime transformers.js is another choice)" : ""));
         return;
       }
       throw Error(MOBIUS_ERROR_KIND_CONFIG,
                   std::string(e.what()) +
-                      " (--runtime onnxruntime builds the graph for ONNX Runtime alone; "
-                      "--runtime transformers.js lays it out for transformers.js)");
+                      " (--runtime onnxruntime builds the graph for ONNX Runtime alone" +
+                      (transformers_js_causal_lm(model_type)
+                           ? "; --runtime transformers.js lays it out for transformers.js)"
+                           : ")"));
     }
     ctx.add_runtime_file("genai_config.json", genai.dump(2) + "\n");
     if (auto tc = adapted_tokenizer_config(ctx, true, context))

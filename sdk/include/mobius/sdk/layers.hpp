@@ -112,7 +112,11 @@ class SharedInputs {
   // has both tables in one: the short factors' rows for positions below
   // original_max_position_embeddings (at most max_positions of them), then the long factors'
   // max_positions rows; index them with rope_positions(rope), never position_ids.
+  // Tables of more than kMaxStoredRopeBytes (a context of millions, Llama 4 Scout's 10,485,760)
+  // are computed in the graph instead, over the rows this run reads (the attention mask's width,
+  // or past the largest position id): the same float32 angles, no gigabytes in the model.
   std::pair<Value, Value> rope_caches(const RopeConfig& rope, int64_t rotary_dim);
+  static constexpr int64_t kMaxStoredRopeBytes = int64_t{256} << 20;
   // The rows of rope_caches(rope, ..) this run reads: position_ids, or for a longrope in a long
   // run (long_context) position_ids moved past the short rows. The run picks its table through
   // these few indices, so no table is copied or selected per step.
