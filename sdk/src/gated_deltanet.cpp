@@ -262,8 +262,22 @@ void GatedDeltaNetOptions::validate() const {
   if (!(norm_eps > 0)) throw Error("[gated_deltanet] norm epsilon must be positive");
 }
 
-CausalConv1d::CausalConv1d(int64_t c, int64_t k, DType dtype) : channels(c), kernel(k) {
+CausalConv1d::CausalConv1d(int64_t c, int64_t k, DType dtype, bool bias)
+    : channels(c), kernel(k), has_bias(bias) {
   declare("weight", {c, 1, k}, dtype);
+  if (bias) declare("bias", {c}, dtype);
+}
+
+Value CausalConv1d::forward(Graph& g, Value state, Value x, Value& present) const {
+  Value xs = x.dtype() == state.dtype() ? x : Cast(x, state.dtype());
+  Value full = Concat({state, xs}, 2);  // [batch, channels, K + seq]
+  present = node1(g, "Slice", {full, Ints(g, {-kernel}), Ints(g, {INT64_MAX}), Ints(g, {2})},
+                  TensorType(state.dtype(), {x.dim(0), Dim(channels), Dim(kernel)}));
+  std::vector<Value> in{Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float),
+                        param(g, "weight", DType::Float)};
+  if (has_bias) in.push_back(param(g, "bias", DType::Float));
+  return node1(g, "Conv", in, TensorType(DType::Float, {x.dim(0), Dim(channels), x.dim(2)}),
+               {Attr("group", channels), Attr("kernel_shape", std::vector<int64_t>{kernel})});
 }
 
 namespace {
@@ -323,7 +337,7 @@ namespace {
 Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                              CacheMap& present) const {
   const int64_t hk = opt.num_k_heads, hv = opt.num_v_heads, dk = opt.k_head_dim,
-                dv = opt.v_head_dim, kernel = opt.conv_kernel;
+                dv = opt.v_head_dim;
   Value keep = shared.recurrent_keep(shared.act);
   ScopeGuard scope(g, path());
   const DType out_dtype = x.dtype();
@@ -351,19 +365,9 @@ Value GatedDeltaNet::forward(Graph& g, Value x, SharedInputs& shared, const Cach
     a = in_proj_a->forward(g, x);
   }
 
-  // Causal depthwise conv over the cached last K inputs followed by this step's: the present
-  // state keeps the last K (transformers' conv_states), the conv reads the last K-1 + seq.
-  Value full = Concat({past.at("conv_state"), Transpose(mixed, {0, 2, 1})}, 2);
-  present["conv_state"] =
-      node1(g, "Slice", {full, Ints(g, {-kernel}), Ints(g, {INT64_MAX}), Ints(g, {2})},
-            TensorType(act, {x.dim(0), Dim(conv_dim), Dim(kernel)}));
-  Value window = Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float);
-  // float32 from here on, as transformers' delta rule; this also keeps the Conv on ONNX
-  // Runtime's float32 CPU kernel whatever the build dtype.
-  Value w = conv1d->param(g, "weight", DType::Float);
-  Value conv =
-      node1(g, "Conv", {window, w}, TensorType(DType::Float, {x.dim(0), Dim(conv_dim), x.dim(1)}),
-            {Attr("group", conv_dim), Attr("kernel_shape", std::vector<int64_t>{kernel})});
+  // float32 from the conv on, as transformers' delta rule.
+  Value conv = conv1d->forward(g, past.at("conv_state"), Transpose(mixed, {0, 2, 1}),
+                               present["conv_state"]);
   Value qkv = Transpose(activation(opt.act, conv), {0, 2, 1});  // [b, seq, conv_dim]
   auto parts = Split(qkv, {key_dim, key_dim, value_dim}, -1);
   Value q = Reshape(parts[0], {0, 0, hk, dk});

@@ -194,14 +194,6 @@ class TypedLinear : public Linear {
   }
 };
 
-// The depthwise conv's weight [I, 1, K] and its bias [I] (transformers' nn.Conv1d).
-class DepthwiseConv : public CausalConv1d {
- public:
-  DepthwiseConv(int64_t channels, int64_t kernel, bool bias)
-      : CausalConv1d(channels, kernel, DType::Float) {
-    if (bias) declare("bias", {channels}, DType::Float);
-  }
-};
 
 
 }  // namespace
@@ -210,7 +202,7 @@ Mamba::Mamba(const MambaConfig& c) : cfg(c) {
   cfg.validate();
   const int64_t i = cfg.intermediate, n = cfg.state_size;
   in_proj = &add<Linear>("in_proj", cfg.hidden, 2 * i, cfg.proj_bias);
-  conv1d = &add<DepthwiseConv>("conv1d", i, cfg.conv_kernel, cfg.conv_bias);
+  conv1d = &add<CausalConv1d>("conv1d", i, cfg.conv_kernel, DType::Float, cfg.conv_bias);
   x_proj = &add<TypedLinear>("x_proj", i, cfg.dt_rank + 2 * n, false, DType::Float);
   dt_proj = &add<TypedLinear>("dt_proj", cfg.dt_rank, i, true, DType::Float);
   declare("A_log", {i, n}, DType::Float);
@@ -257,24 +249,15 @@ Value Mamba::a_transposed(Graph& g) const {
 
 Value Mamba::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                      CacheMap& present) const {
-  const int64_t i = cfg.intermediate, n = cfg.state_size, r = cfg.dt_rank, k = cfg.conv_kernel;
+  const int64_t i = cfg.intermediate, n = cfg.state_size, r = cfg.dt_rank;
   const DType act = x.dtype();
   Value keep = shared.recurrent_keep(act);
   Value keep_f = shared.recurrent_keep(DType::Float);
   ScopeGuard scope(g, path());
   auto xz = Split(in_proj->forward(g, Mul(x, keep)), {i, i}, -1);  // [b, seq, I] each
 
-  // Causal depthwise conv over the cached last K inputs followed by this step's: the present
-  // state keeps the last K (transformers' conv_states), the conv reads the last K-1 + seq.
-  Value full = Concat({past.at("conv_state"), Transpose(xz[0], {0, 2, 1})}, 2);
-  present["conv_state"] =
-      node1(g, "Slice", {full, Ints(g, {-k}), Ints(g, {INT64_MAX}), Ints(g, {2})},
-            TensorType(act, {x.dim(0), Dim(i), Dim(k)}));
-  Value window = Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float);
-  std::vector<Value> conv_in{window, conv1d->param(g, "weight", DType::Float)};
-  if (cfg.conv_bias) conv_in.push_back(conv1d->param(g, "bias", DType::Float));
-  Value conv = node1(g, "Conv", conv_in, TensorType(DType::Float, {x.dim(0), Dim(i), x.dim(1)}),
-                     {Attr("group", i), Attr("kernel_shape", std::vector<int64_t>{k})});
+  Value conv = conv1d->forward(g, past.at("conv_state"), Transpose(xz[0], {0, 2, 1}),
+                               present["conv_state"]);
   Value u = Mul(Transpose(activation(cfg.act, conv), {0, 2, 1}), keep_f);  // [b, seq, I]
 
   auto dbc = Split(x_proj->forward(g, u), {r, n, n}, -1);

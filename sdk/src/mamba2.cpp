@@ -120,16 +120,6 @@ std::pair<Value, Value> ssd_chunked(Value x, Value dt, Value a, Value b, Value c
   return {y, final_state};
 }
 
-// Depthwise conv weights as transformers' nn.Conv1d stores them: weight [channels, 1, K], bias.
-class DepthwiseConv : public Module {
- public:
-  DepthwiseConv(int64_t channels, int64_t kernel, bool bias) : has_bias(bias) {
-    declare("weight", {channels, 1, kernel});
-    if (bias) declare("bias", {channels});
-  }
-  bool has_bias;
-};
-
 // The norm after the scan with its weight [intermediate] (Mamba2GateNorm).
 class GatedGroupNorm : public Module {
  public:
@@ -381,7 +371,7 @@ Mamba2::Mamba2(const Mamba2Config& c) : cfg(c) {
   cfg.validate();
   const int64_t proj = cfg.intermediate + cfg.conv_dim() + cfg.num_heads;  // [z | xBC | dt]
   in_proj = &add<Linear>("in_proj", cfg.hidden, proj, cfg.in_proj_bias);
-  conv1d = &add<DepthwiseConv>("conv1d", cfg.conv_dim(), cfg.conv_kernel, cfg.conv_bias);
+  conv1d = &add<CausalConv1d>("conv1d", cfg.conv_dim(), cfg.conv_kernel, DType::Undefined, cfg.conv_bias);
   declare("dt_bias", {cfg.num_heads});
   declare("A_log", {cfg.num_heads});
   declare("D", {cfg.num_heads});
@@ -422,7 +412,7 @@ Value Mamba2::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& p
   ScopeGuard scope(g, path());
   const DType act = x.dtype();
   const int64_t h = cfg.num_heads, p = cfg.head_dim, n = cfg.state_size, groups = cfg.n_groups;
-  const int64_t inter = cfg.intermediate, conv_dim = cfg.conv_dim(), kernel = cfg.conv_kernel;
+  const int64_t inter = cfg.intermediate, conv_dim = cfg.conv_dim();
 
   x = Mul(x, keep);
   if (cfg.in_multiplier != 1.0) x = Mul(x, ScalarLike(x, cfg.in_multiplier));
@@ -445,19 +435,9 @@ Value Mamba2::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& p
   auto parts = Split(proj, {inter, conv_dim, h}, -1);
   Value z = parts[0], xbc = parts[1], dt = parts[2];
 
-  // Causal depthwise conv over the cached last K inputs and this step's: the present state keeps
-  // the last K (transformers' conv_states), the conv reads the last K - 1 + seq. float32 from
-  // here on, as transformers' scan; this also keeps the Conv on ONNX Runtime's float32 kernel.
-  Value full = Concat({past.at("conv_state"), Transpose(xbc, {0, 2, 1})}, 2);
-  present["conv_state"] =
-      node1(g, "Slice", {full, Ints(g, {-kernel}), Ints(g, {INT64_MAX}), Ints(g, {2})},
-            TensorType(act, {x.dim(0), Dim(conv_dim), Dim(kernel)}));
-  Value window = Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float);
-  std::vector<Value> conv_in{window, conv1d->param(g, "weight", DType::Float)};
-  if (static_cast<const DepthwiseConv*>(conv1d)->has_bias)
-    conv_in.push_back(conv1d->param(g, "bias", DType::Float));
-  Value conv = node1(g, "Conv", conv_in, TensorType(DType::Float, {x.dim(0), Dim(conv_dim), x.dim(1)}),
-                     {Attr("group", conv_dim), Attr("kernel_shape", std::vector<int64_t>{kernel})});
+  // float32 from the conv on, as transformers' scan.
+  Value conv = conv1d->forward(g, past.at("conv_state"), Transpose(xbc, {0, 2, 1}),
+                               present["conv_state"]);
   xbc = Mul(Transpose(activation(cfg.act, conv), {0, 2, 1}), Cast(keep, DType::Float));
   auto xs = Split(xbc, {inter, groups * n, groups * n}, -1);
 

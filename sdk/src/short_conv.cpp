@@ -24,25 +24,10 @@ void ShortConvOptions::validate() const {
                 std::to_string(kernel));
 }
 
-namespace {
-
-// The depthwise conv's weight [hidden, 1, K] and, with conv_bias, its bias [hidden] (torch's
-// Conv1d(hidden, hidden, K, groups=hidden)).
-class BiasedCausalConv1d : public CausalConv1d {
- public:
-  BiasedCausalConv1d(int64_t channels, int64_t kernel) : CausalConv1d(channels, kernel) {
-    declare("bias", {channels});
-  }
-};
-
-
-}  // namespace
-
 ShortConv::ShortConv(const ShortConvOptions& o) : opt(o) {
   opt.validate();
   in_proj = &add<Linear>("in_proj", opt.hidden, 3 * opt.hidden, opt.bias);
-  if (opt.bias) conv = &add<BiasedCausalConv1d>("conv", opt.hidden, opt.kernel);
-  else conv = &add<CausalConv1d>("conv", opt.hidden, opt.kernel);
+  conv = &add<CausalConv1d>("conv", opt.hidden, opt.kernel, DType::Undefined, opt.bias);
   out_proj = &add<Linear>("out_proj", opt.hidden, opt.hidden, opt.bias);
 }
 
@@ -52,7 +37,7 @@ std::vector<CacheEntry> ShortConv::cache_entries(DType act) const {
 
 Value ShortConv::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap& past,
                          CacheMap& present) const {
-  const int64_t h = opt.hidden, k = opt.kernel;
+  const int64_t h = opt.hidden;
   Value keep = shared.recurrent_keep(shared.act, true);
   ScopeGuard scope(g, path());
   const DType act = x.dtype();
@@ -61,17 +46,8 @@ Value ShortConv::forward(Graph& g, Value x, SharedInputs& shared, const CacheMap
   auto parts = Split(bcu, {h, h, h}, 1);
   Value gated = Mul(parts[0], parts[2]);  // B * u
 
-  Value full = Concat({past.at("conv_state"), gated}, 2);  // [batch, hidden, K + seq]
-  present["conv_state"] =
-      g.node("Slice", {full, Ints(g, {-k}), Ints(g, {INT64_MAX}), Ints(g, {2})},
-             {TensorType(act, {x.dim(0), Dim(h), Dim(k)})})[0];
-  // The conv in float32: ONNX Runtime's CPU Conv kernel is float32's whatever the build dtype,
-  // and the K-tap sum loses nothing to it.
-  std::vector<Value> conv_in{Cast(Slice(full, {1}, {INT64_MAX}, {2}), DType::Float),
-                             conv->param(g, "weight", DType::Float)};
-  if (opt.bias) conv_in.push_back(conv->param(g, "bias", DType::Float));
-  Value y = g.node("Conv", conv_in, {TensorType(DType::Float, {x.dim(0), Dim(h), x.dim(1)})},
-                   {Attr("group", h), Attr("kernel_shape", std::vector<int64_t>{k})})[0];
+  // The conv in float32 (the K-tap sum loses nothing to it).
+  Value y = conv->forward(g, past.at("conv_state"), gated, present["conv_state"]);
   y = Mul(parts[1], Cast(y, act));  // C * conv
   return out_proj->forward(g, Transpose(y, {0, 2, 1}));
 }

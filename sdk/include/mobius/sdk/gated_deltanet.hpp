@@ -45,12 +45,20 @@ struct GatedDeltaNetOptions : GatedDeltaNetConfig {
   void validate() const;
 };
 
-// Depthwise causal conv weights: [channels, 1, K], no bias (the checkpoint's conv1d.weight).
-// dtype Undefined: the build's weight dtype.
+// The depthwise causal conv1d of the recurrent mixers (Gated DeltaNet, LFM2's short conv, Mamba,
+// Mamba-2), with its state: weight [channels, 1, K] and, with `bias`, bias [channels] (torch's
+// Conv1d(channels, channels, K, groups=channels), the checkpoint's conv1d.*). dtype Undefined:
+// the build's weight dtype.
 class CausalConv1d : public Module {
  public:
-  CausalConv1d(int64_t channels, int64_t kernel, DType dtype = DType::Undefined);
+  CausalConv1d(int64_t channels, int64_t kernel, DType dtype = DType::Undefined, bool bias = false);
+  // The conv of this step's inputs x [batch, channels, seq] over the cached last K inputs `state`
+  // [batch, channels, K] (transformers' conv_states) followed by x: float32 [batch, channels,
+  // seq], bias added (ONNX Runtime's CPU Conv kernel is float32's whatever the build dtype).
+  // `present`: the new state, the last K inputs, in state's dtype.
+  Value forward(Graph& g, Value state, Value x, Value& present) const;
   int64_t channels, kernel;
+  bool has_bias;
 };
 
 // y = (w * normalized(x)) * silu(z): per value head, a plain weight (not 1 + w), normalized in

@@ -38,6 +38,7 @@
 
 #include "mobius/sdk/attention.hpp"
 #include "mobius/sdk/decoder.hpp"
+#include "mobius/sdk/gated_deltanet.hpp"  // CausalConv1d
 
 namespace mobius::nn {
 
@@ -88,7 +89,7 @@ class Mamba : public TokenMixer {
 
   MambaConfig cfg;
   const Linear* in_proj;
-  const Module* conv1d;
+  const CausalConv1d* conv1d;
   const Linear* x_proj;
   const Linear* dt_proj;
   const Linear* out_proj;

@@ -29,6 +29,7 @@
 
 #include "mobius/sdk/attention.hpp"
 #include "mobius/sdk/decoder.hpp"
+#include "mobius/sdk/gated_deltanet.hpp"  // CausalConv1d
 
 namespace mobius::nn {
 
@@ -113,7 +114,7 @@ class Mamba2 : public TokenMixer {
 
   Mamba2Config cfg;
   const Linear* in_proj;
-  const Module* conv1d;
+  const CausalConv1d* conv1d;
   const Module* norm = nullptr;  // none with Mamba2GateNorm::None
   const Linear* out_proj;
 };
