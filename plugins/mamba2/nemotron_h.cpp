@@ -54,7 +54,8 @@ mobius::FamilyRow<mobius::MoEConfig> moe_row() {
   mobius::MoEConfig d;
   d.moe_intermediate_size = 7688;
   d.n_routed_experts = 8;
-  d.n_shared_experts = 0;  // the shared expert is NemotronMoE's own (its width its own key)
+  d.n_shared_experts = 1;  // one plain MLP, moe_shared_expert_intermediate_size wide
+  d.shared_expert_intermediate_size = 7688;
   d.num_experts_per_tok = 2;
   d.scoring = "sigmoid";
   d.correction_bias = true;
@@ -67,7 +68,8 @@ mobius::FamilyRow<mobius::MoEConfig> moe_row() {
           d,
           {"moe_intermediate_size", mobius::FieldKey("n_routed_experts").or_key("num_local_experts"),
            "num_experts_per_tok", mobius::FieldKey("n_group").null_is(1),
-           mobius::FieldKey("topk_group").null_is(1), "norm_topk_prob", "routed_scaling_factor"}};
+           mobius::FieldKey("topk_group").null_is(1), "norm_topk_prob", "routed_scaling_factor",
+           mobius::FieldKey("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")}};
 }
 
 // The layer types: layers_block_type (layer_types), else hybrid_override_pattern, else
@@ -134,17 +136,15 @@ json parse(const json& raw) {
   if (r.has("moe_latent_size"))
     r.fail("moe_latent_size", "is not supported (experts computed in a latent width)");
   const bool any_moe = std::count(c.layer_types.begin(), c.layer_types.end(), "moe") > 0;
-  int64_t shared = 0;
   if (any_moe) {
     c.moe = mobius::MoEConfig::read(r, moe_row());
-    shared = r.get_int("moe_shared_expert_intermediate_size", 7688);
-    if (shared <= 0) r.fail("moe_shared_expert_intermediate_size", "must be positive");
+    if (c.moe->shared_expert_intermediate_size <= 0)
+      r.fail("moe_shared_expert_intermediate_size", "must be positive");
   }
   nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_keys(r), mixer_defaults());
   c.validate();
   json j = c;
   j["mamba2"] = m;
-  j["moe_shared_expert_intermediate_size"] = shared;
   return j;
 }
 
@@ -182,42 +182,17 @@ class UpDownExpertBank : public nn::ExpertBank {
   }
 };
 
-// NemotronHMoE: the routed experts plus the shared expert, both on x.
-class NemotronMoE : public nn::FeedForward {
- public:
-  NemotronMoE(const ArchitectureConfig& cfg, int64_t shared_width) : cfg(nn::MoEConfig::from(cfg)) {
-    gate = &add<nn::MoERouter>("gate", this->cfg);
-    // The correction bias decides between nearly equal scores: float32 (transformers' buffer).
-    declare("gate.e_score_correction_bias", {this->cfg.n_routed_experts}, mobius::DType::Float);
-    experts = &add<UpDownExpertBank>("experts", this->cfg.n_routed_experts, cfg.hidden_size,
-                                     this->cfg.moe_intermediate_size, cfg.hidden_act);
-    shared_experts = &add<nn::MLP>("shared_experts", cfg.hidden_size, shared_width, cfg.mlp_bias, cfg.hidden_act);
-  }
-  Value forward(Graph& g, Value x) const override {
-    mobius::ScopeGuard s(g, path());
-    Value flat = Reshape(x, {-1, cfg.hidden});
-    auto [idx, weights] = gate->forward(g, flat, param(g, "gate.e_score_correction_bias"));
-    Value routed = Cast(experts->forward(g, flat, idx, weights, cfg.num_experts_per_tok), x.dtype());
-    routed = Reshape(routed, Shape(x), x.type());
-    return Add(routed, shared_experts->forward(g, x));
-  }
-  nn::MoEConfig cfg;
-  const nn::MoERouter* gate;
-  const nn::ExpertBank* experts;
-  const nn::MLP* shared_experts;
-};
 
 void build(mobius::BuildContext& ctx, const json& j) {
   const auto cfg = j.get<ArchitectureConfig>();
   const auto m = j.at("mamba2").get<nn::Mamba2Config>();
-  const int64_t shared = j.at("moe_shared_expert_intermediate_size").get<int64_t>();
   nn::DecoderSpec spec;
   spec.names.text_path = "backbone";
   spec.names.embed = "embeddings";
   spec.names.final_norm = "norm_f";
   // Multi-token-prediction layers are a drafting aid, not part of the causal LM.
   spec.ignored = {"mtp.*"};
-  nn::build_text_generation(ctx, nn::CausalLMModel(cfg, spec, [&spec, m, shared](const ArchitectureConfig& c, int64_t i) {
+  nn::build_text_generation(ctx, nn::CausalLMModel(cfg, spec, [&spec, m](const ArchitectureConfig& c, int64_t i) {
     auto norm = std::make_unique<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps);
     const std::string& type = c.layer_types.at(static_cast<size_t>(i));
     if (type == "linear_attention")
@@ -226,7 +201,16 @@ void build(mobius::BuildContext& ctx, const json& j) {
       return std::make_unique<NormBlock>("norm", std::move(norm), "mixer",
                                          std::make_unique<nn::Attention>(c, i, spec.norm_factory(), spec.names.attention));
     std::unique_ptr<nn::FeedForward> ff;
-    if (type == "moe") ff = std::make_unique<NemotronMoE>(c, shared);
+    if (type == "moe") {
+      // NemotronHMoE: the routed experts of that MLP's shape and the shared expert, both on x.
+      nn::MoESpec moe;
+      moe.plain_shared = true;
+      moe.experts = [](const nn::MoEConfig& mc, const nn::MoENames&) -> std::unique_ptr<nn::ExpertBank> {
+        return std::make_unique<UpDownExpertBank>(mc.n_routed_experts, mc.hidden, mc.moe_intermediate_size,
+                                                  mc.hidden_act);
+      };
+      ff = std::make_unique<nn::SparseMoE>(nn::MoEConfig::from(c), moe);
+    }
     else ff = std::make_unique<nn::MLP>(c.hidden_size, c.intermediate_size, c.mlp_bias, c.hidden_act);
     return std::make_unique<NormBlock>("norm", std::move(norm), "mixer", std::move(ff));
   }));

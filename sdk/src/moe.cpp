@@ -475,7 +475,10 @@ SparseMoE::SparseMoE(const MoEConfig& c, const MoESpec& spec) : cfg(c), names(sp
             names.correction_bias_row ? std::vector<int64_t>{1, cfg.n_routed_experts}
                                       : std::vector<int64_t>{cfg.n_routed_experts},
             DType::Float);
-  if (cfg.shared_width() > 0)
+  if (cfg.shared_width() > 0 && spec.plain_shared)
+    shared_experts = &add<MLP>(names.shared_experts, cfg.hidden, cfg.shared_width(), cfg.mlp_bias,
+                               cfg.hidden_act);
+  else if (cfg.shared_width() > 0)
     shared_experts = &add<GatedMLP>(names.shared_experts, cfg.hidden, cfg.shared_width(),
                                     cfg.mlp_bias, cfg.hidden_act);
   if (shared_experts && cfg.shared_expert_gate)

@@ -188,6 +188,8 @@ ExpertBankFactory stacked_experts(StackedExperts layout);  // StackedExpertBank 
 struct MoESpec {
   MoENames names;
   ExpertBankFactory experts;  // empty: gated_experts()
+  // The shared experts are a plain MLP, down(act(up(x))) (Nemotron-H), not a gated one.
+  bool plain_shared = false;
 };
 
 // Routed experts plus the shared experts (width MoEConfig::shared_width()), those scaled by
@@ -200,7 +202,7 @@ class SparseMoE : public FeedForward {
   MoENames names;
   const MoERouter* gate;
   const ExpertBank* experts;
-  const GatedMLP* shared_experts = nullptr;
+  const FeedForward* shared_experts = nullptr;  // GatedMLP, or MLP with MoESpec::plain_shared
   const Linear* shared_expert_gate = nullptr;
 };
 
