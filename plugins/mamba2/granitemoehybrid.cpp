@@ -32,12 +32,8 @@ const mobius::DecoderDefaults kDefaults{32000, 4096, 11008, 32, 32, 0, 0, 2048, 
 json parse(const json& raw) {
   ConfigReader r(raw, "config.json");
   ArchitectureConfig c = mobius::read_decoder_config(r, "granitemoehybrid", kDefaults);
-  c.embedding_multiplier = r.get_double("embedding_multiplier", 1.0);
-  c.attention_multiplier = r.get_double("attention_multiplier", 1.0);
+  mobius::read_granite_multipliers(r, c);
   if (!(c.attention_multiplier > 0)) r.fail("attention_multiplier", "must be positive");
-  c.residual_multiplier = r.get_double("residual_multiplier", 1.0);
-  c.logits_scaling = r.get_double("logits_scaling", 1.0);
-  if (c.logits_scaling == 0) r.fail("logits_scaling", "must not be 0");
   c.sliding_window = 0;
   c.mlp_bias = false;
   const std::string positions = r.has("position_embedding_type") ? r.get_string("position_embedding_type") : "";
@@ -52,13 +48,7 @@ json parse(const json& raw) {
   mobius::check_layer_types(r, c, {"linear_attention", "full_attention"}, false);
   // Granite-MoE's expert keys and defaults (num_local_experts 8, num_experts_per_tok 2, experts
   // intermediate_size wide, a softmax over the top k logits); 0 experts: no MoE block.
-  auto row = [] {
-    for (const auto& x : mobius::MoEConfig::rows())
-      if (x.model_type == "granitemoe") return x;
-    throw mobius::Error("[plugin] the SDK has no granitemoe MoE row");
-  }();
-  row.model_type = "granitemoehybrid";
-  c.moe = mobius::MoEConfig::read(r, row);
+  c.moe = mobius::MoEConfig::read(r, "granitemoehybrid");
   const int64_t shared = r.get_int("shared_intermediate_size", 1024);
   if (shared <= 0) r.fail("shared_intermediate_size", "must be positive");
   nn::Mamba2Config m = nn::read_mamba2_config(r, c.hidden_size, mamba_prefixed_keys(), mamba_prefixed_defaults());

@@ -254,6 +254,13 @@ const std::vector<FamilyRow<MoEConfig>>& MoEConfig::rows() {
         .scoring = "topk_softmax"},
        {FieldKey("moe_intermediate_size", "intermediate_size"),
         FieldKey("n_routed_experts", "num_local_experts"), "num_experts_per_tok"}},
+      // Granite 4.0 (configuration_granitemoehybrid.py): Granite-MoE's experts and router on its
+      // MoE layers (0 experts: none).
+      {"granitemoehybrid",
+       {.moe_intermediate_size = 11008, .n_routed_experts = 8, .num_experts_per_tok = 2,
+        .scoring = "topk_softmax"},
+       {FieldKey("moe_intermediate_size", "intermediate_size"),
+        FieldKey("n_routed_experts", "num_local_experts"), "num_experts_per_tok"}},
       // PhiMoE (configuration_phimoe.py, sparsemixer): every layer sparse, experts as wide as
       // intermediate_size, two experts chosen by the sparse mixer.
       {"phimoe",

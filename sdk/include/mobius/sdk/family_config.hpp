@@ -103,7 +103,7 @@ struct ConfigSite {
 // ---------------------------------------------------------------------------------------------
 // Mixture of experts: the router and the routed and shared experts (moe.hpp's SparseMoE).
 // Rows: deepseek_v2, deepseek_v3, mixtral, qwen3_moe, gpt_oss, qwen2_moe, qwen3_next, olmoe,
-// granitemoe, phimoe, ernie4_5_moe, glm4_moe, hunyuan_v1_moe, dbrx, llama4_text.
+// granitemoe, granitemoehybrid, phimoe, ernie4_5_moe, glm4_moe, hunyuan_v1_moe, dbrx, llama4_text.
 struct MoEConfig {
   int64_t moe_intermediate_size = 0;  // the width of each routed (and shared) expert
   int64_t n_routed_experts = 0;       // 0: no MoE layer
